@@ -1,0 +1,2 @@
+pub mod convert_gguf;
+pub mod generate;

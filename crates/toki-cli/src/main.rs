@@ -1,0 +1,49 @@
+//! `toki`: convert models, generate text, benchmark decoding.
+
+mod backend;
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "toki",
+    version,
+    about = "Self-speculative (Medusa) LLM decoding in Rust"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Convert a llama.cpp GGUF file into a HuggingFace-style folder.
+    ConvertGguf(cmd::convert_gguf::Args),
+    /// Generate text from a prompt.
+    Generate(cmd::generate::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TOKI_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::ConvertGguf(a) => cmd::convert_gguf::run(a),
+        Command::Generate(a) => cmd::generate::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the error and its causes.
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", chain.join(": "));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The library entry point: an [`Engine`] holds a loaded model (and, for speculative
+//! decoding, its heads and tree) and serves [`Request`]s.
+
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use toki_model::tokenizer::Tokenizer;
+use toki_model::weights::SafetensorsWeights;
+use toki_model::{LlamaConfig, LlamaModel, ModelError, Precision, RopeTables};
+
+use crate::error::{DecodeError, Result};
+use crate::request::{Output, Prompt, Request};
+
+/// How an engine is loaded.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub precision: Precision,
+    /// Upper bound on the context (prompt + generated tokens); the model's own
+    /// `max_position_embeddings` bounds it too. RoPE tables are built to this length.
+    pub max_context: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            precision: Precision::F32,
+            max_context: 4096,
+        }
+    }
+}
+
+/// A model ready to serve requests.
+pub struct Engine {
+    pub(crate) model: LlamaModel,
+    pub(crate) tokenizer: Option<Tokenizer>,
+    pub(crate) rope: RopeTables,
+    pub(crate) eos: Vec<u32>,
+    pub(crate) context: usize,
+}
+
+/// Tokens handed to a streaming callback as they are accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct Emitted<'a> {
+    /// The tokens this step added.
+    pub new_tokens: &'a [u32],
+    /// All generated tokens so far.
+    pub all_tokens: &'a [u32],
+}
+
+impl Engine {
+    /// Load an HF-style folder: `config.json`, safetensors weights, `tokenizer.json`.
+    pub fn load(dir: &Path, device: &Device, options: &EngineOptions) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(ModelError::MissingFolder(dir.to_path_buf()).into());
+        }
+        let config = LlamaConfig::from_file(&dir.join("config.json"))?;
+        let tokenizer = Tokenizer::from_dir(dir)?;
+        let mut weights = SafetensorsWeights::open(dir)?;
+        let model = LlamaModel::from_weights(&config, &mut weights, device, options.precision)?;
+        let mut eos = config.eos_token_ids.clone();
+        // generation_config.json may list more end tokens than config.json.
+        if let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json"))
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            match v.get("eos_token_id") {
+                Some(serde_json::Value::Number(n)) => eos.extend(n.as_u64().map(|x| x as u32)),
+                Some(serde_json::Value::Array(a)) => {
+                    eos.extend(a.iter().filter_map(|x| x.as_u64().map(|x| x as u32)))
+                }
+                _ => {}
+            }
+        }
+        eos.sort_unstable();
+        eos.dedup();
+        Ok(Self::from_parts(
+            model,
+            Some(tokenizer),
+            eos,
+            options.max_context,
+        ))
+    }
+
+    /// An engine over an already built model (tests use tiny random ones).
+    pub fn from_parts(
+        model: LlamaModel,
+        tokenizer: Option<Tokenizer>,
+        eos: Vec<u32>,
+        max_context: usize,
+    ) -> Self {
+        let context = max_context
+            .min(model.config().max_position_embeddings)
+            .max(1);
+        let rope = RopeTables::new(model.config(), context, &model.device());
+        Self {
+            model,
+            tokenizer,
+            rope,
+            eos,
+            context,
+        }
+    }
+
+    pub fn model(&self) -> &LlamaModel {
+        &self.model
+    }
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+    /// The most tokens (prompt + generated) a request can hold.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    fn tokenizer_or_err(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            DecodeError::Request("this engine has no tokenizer: pass token ids".into())
+        })
+    }
+
+    /// Token ids of a prompt, after the chat template where asked.
+    pub fn encode_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+        let ids = match prompt {
+            Prompt::Ids(ids) => ids.clone(),
+            Prompt::Text(text) => self.tokenizer_or_err()?.encode(text)?,
+            Prompt::Chat(messages) => {
+                let tok = self.tokenizer_or_err()?;
+                tok.encode(&tok.apply_chat_template(messages, true)?)?
+            }
+        };
+        if ids.is_empty() {
+            return Err(DecodeError::EmptyPrompt);
+        }
+        let vocab = self.model.config().vocab_size;
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(DecodeError::BadToken { id, vocab });
+        }
+        if ids.len() >= self.context {
+            return Err(DecodeError::PromptTooLong {
+                prompt: ids.len(),
+                context: self.context,
+            });
+        }
+        Ok(ids)
+    }
+
+    /// Text of generated ids (special tokens dropped); empty without a tokenizer.
+    pub fn decode_text(&self, ids: &[u32]) -> Result<String> {
+        match &self.tokenizer {
+            Some(t) => Ok(t.decode(ids, true)?),
+            None => Ok(String::new()),
+        }
+    }
+
+    /// Run a request to the end.
+    pub fn generate(&self, request: &Request) -> Result<Output> {
+        self.generate_with(request, |_| ControlFlow::Continue(()))
+    }
+
+    /// Run a request, calling `on_tokens` each time tokens are accepted; returning
+    /// `ControlFlow::Break` from it stops generation.
+    pub fn generate_with(
+        &self,
+        request: &Request,
+        on_tokens: impl FnMut(Emitted<'_>) -> ControlFlow<()>,
+    ) -> Result<Output> {
+        let prompt_ids = self.encode_prompt(&request.prompt)?;
+        crate::driver::run(self, prompt_ids, request, on_tokens)
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        self.model.device()
+    }
+
+    pub(crate) fn ids_tensor(&self, ids: &[u32]) -> Tensor<1, Int> {
+        let v: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
+        Tensor::from_data(TensorData::new(v, [ids.len()]), &self.device())
+    }
+
+    pub(crate) fn positions(&self, start: usize, n: usize) -> Tensor<1, Int> {
+        let v: Vec<i64> = (start..start + n).map(|x| x as i64).collect();
+        Tensor::from_data(TensorData::new(v, [n]), &self.device())
+    }
+}

@@ -1,0 +1,83 @@
+//! What a caller asks for and what it gets back.
+
+use serde::Serialize;
+use toki_model::tokenizer::Message;
+
+use crate::sampling::Sampling;
+
+/// The prompt: raw text, a chat (rendered with the model's template, generation prompt
+/// added), or token ids as they are.
+#[derive(Debug, Clone)]
+pub enum Prompt {
+    Text(String),
+    Chat(Vec<Message>),
+    Ids(Vec<u32>),
+}
+
+/// One generation request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub prompt: Prompt,
+    pub max_new_tokens: usize,
+    /// Extra token ids that end generation (the model's EOS ids always do).
+    pub stop_tokens: Vec<u32>,
+    /// Generation ends once the text contains one of these (the text is cut before it).
+    pub stop_strings: Vec<String>,
+    pub sampling: Sampling,
+}
+
+impl Request {
+    /// Greedy decoding of `prompt` for up to `max_new_tokens` tokens.
+    pub fn greedy(prompt: Prompt, max_new_tokens: usize) -> Self {
+        Self {
+            prompt,
+            max_new_tokens,
+            stop_tokens: vec![],
+            stop_strings: vec![],
+            sampling: Sampling::Greedy,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-sequence or stop token was produced (it is included in the output).
+    Eos,
+    /// `max_new_tokens` were produced.
+    MaxTokens,
+    /// The context (cache capacity) is full.
+    ContextFull,
+    /// A stop string appeared.
+    StopString,
+    /// The streaming callback asked to stop.
+    Cancelled,
+}
+
+/// Timings and speculation figures of one request.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    /// Generated tokens per second of decode time (the prefill excluded).
+    pub tokens_per_s: f64,
+    /// Base-model forward passes after the prefill.
+    pub steps: usize,
+    /// Tokens produced by each step (1 for plain decoding).
+    pub accept_lengths: Vec<usize>,
+    /// Mean of `accept_lengths`: τ, tokens per base-model pass.
+    pub mean_accepted: f64,
+    /// Per head k: the fraction of steps in which head k's proposal was accepted.
+    pub head_acceptance: Vec<f64>,
+}
+
+/// The result of a request.
+#[derive(Debug, Clone, Serialize)]
+pub struct Output {
+    pub prompt_ids: Vec<u32>,
+    pub output_ids: Vec<u32>,
+    pub text: String,
+    pub finish_reason: FinishReason,
+    pub stats: Stats,
+}

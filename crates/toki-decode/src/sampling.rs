@@ -1,0 +1,192 @@
+//! Choosing the next token from logits: greedy, or sampling with temperature, top-k and
+//! top-p from a seeded generator. Pure functions over `&[f32]`, tested below.
+
+use crate::error::{DecodeError, Result};
+
+/// How the next token is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampling {
+    /// The arg-max token (ties: the lowest id).
+    Greedy,
+    /// A draw from the filtered, tempered distribution.
+    Sample(SampleParams),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleParams {
+    /// > 0
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0 = all).
+    pub top_k: usize,
+    /// Keep the smallest set whose mass reaches p (1.0 = all).
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Sampling {
+    /// Greedy for temperature 0, sampling otherwise; invalid values are an error.
+    pub fn from_settings(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> Result<Self> {
+        if !(temperature >= 0.0 && temperature.is_finite()) {
+            return Err(DecodeError::Sampling(format!(
+                "temperature {temperature} must be >= 0"
+            )));
+        }
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(DecodeError::Sampling(format!(
+                "top-p {top_p} must be in (0, 1]"
+            )));
+        }
+        Ok(if temperature == 0.0 {
+            Sampling::Greedy
+        } else {
+            Sampling::Sample(SampleParams {
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            })
+        })
+    }
+}
+
+/// A small seeded generator (SplitMix64): reproducible across platforms and versions.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Index of the largest value; the first on ties; NaN never wins.
+pub fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best
+}
+
+/// The distribution plain sampling draws from: softmax(logits / T), restricted to the top-k
+/// tokens and then to the top-p nucleus, renormalised. Sparse: (token, probability) pairs in
+/// descending probability.
+pub fn filtered_probs(logits: &[f32], p: &SampleParams) -> Vec<(usize, f64)> {
+    let mut idx: Vec<usize> = (0..logits.len())
+        .filter(|&i| logits[i].is_finite())
+        .collect();
+    idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    if p.top_k > 0 {
+        idx.truncate(p.top_k);
+    }
+    let Some(&first) = idx.first() else {
+        return vec![];
+    };
+    let max = logits[first] as f64;
+    let t = p.temperature as f64;
+    let mut probs: Vec<(usize, f64)> = idx
+        .iter()
+        .map(|&i| (i, ((logits[i] as f64 - max) / t).exp()))
+        .collect();
+    let z: f64 = probs.iter().map(|x| x.1).sum();
+    probs.iter_mut().for_each(|x| x.1 /= z);
+    if p.top_p < 1.0 {
+        let mut mass = 0.0;
+        let keep = probs
+            .iter()
+            .position(|x| {
+                mass += x.1;
+                mass >= p.top_p as f64
+            })
+            .map_or(probs.len(), |i| i + 1);
+        probs.truncate(keep);
+        let z: f64 = probs.iter().map(|x| x.1).sum();
+        probs.iter_mut().for_each(|x| x.1 /= z);
+    }
+    probs
+}
+
+/// Draw from a sparse distribution with one uniform number.
+pub fn draw(probs: &[(usize, f64)], rng: &mut Rng) -> usize {
+    let u = rng.uniform();
+    let mut acc = 0.0;
+    for &(i, p) in probs {
+        acc += p;
+        if u < acc {
+            return i;
+        }
+    }
+    probs.last().map_or(0, |x| x.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(t: f32, k: usize, p: f32) -> SampleParams {
+        SampleParams {
+            temperature: t,
+            top_k: k,
+            top_p: p,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn argmax_first_on_ties_and_skips_nan() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 0.5, 0.1]), 1);
+    }
+
+    #[test]
+    fn top_k_and_top_p_filter() {
+        let l = [2.0f32, 1.0, 0.0, -1.0];
+        let p = filtered_probs(&l, &params(1.0, 2, 1.0));
+        assert_eq!(p.len(), 2);
+        assert!((p[0].1 - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12);
+        // softmax([2,1,0,-1]) = .644, .237, .087, .032: top-p 0.8 keeps two.
+        let p = filtered_probs(&l, &params(1.0, 0, 0.8));
+        assert_eq!(p.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
+        assert!((p.iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn low_temperature_concentrates() {
+        let p = filtered_probs(&[1.0, 0.9], &params(0.01, 0, 1.0));
+        assert!(p[0].1 > 0.9999);
+    }
+
+    #[test]
+    fn draws_follow_distribution() {
+        let probs = vec![(0, 0.25), (1, 0.75)];
+        let mut rng = Rng::new(7);
+        let n = 40_000;
+        let ones = (0..n).filter(|_| draw(&probs, &mut rng) == 1).count();
+        assert!((ones as f64 / n as f64 - 0.75).abs() < 0.01);
+    }
+
+    #[test]
+    fn settings_validated() {
+        assert_eq!(
+            Sampling::from_settings(0.0, 0, 1.0, 0).unwrap(),
+            Sampling::Greedy
+        );
+        assert!(Sampling::from_settings(-1.0, 0, 1.0, 0).is_err());
+        assert!(Sampling::from_settings(1.0, 0, 0.0, 0).is_err());
+    }
+}

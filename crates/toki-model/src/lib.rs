@@ -1,0 +1,24 @@
+//! toki-model: the frozen base model and the files it comes from.
+//!
+//! - [`config`]: HF `config.json` → [`LlamaConfig`]
+//! - [`weights`]: safetensors folders (and seeded random weights for tests)
+//! - [`llama`]: the decoder; forward with explicit positions, mask and cache
+//! - [`rope`], [`cache`]: the explicit state a forward takes
+//! - [`gguf`], [`convert`]: llama.cpp files → an HF folder
+//! - [`tokenizer`]: tokenizer.json and the chat template
+
+pub mod cache;
+pub mod config;
+pub mod convert;
+pub mod error;
+pub mod gguf;
+pub mod llama;
+pub mod rope;
+pub mod tokenizer;
+pub mod weights;
+
+pub use cache::KvCache;
+pub use config::LlamaConfig;
+pub use error::{ModelError, Result};
+pub use llama::{AttnMask, LlamaModel, Precision};
+pub use rope::RopeTables;

@@ -1,0 +1,379 @@
+//! The Llama-family decoder: GQA attention with RoPE at explicit positions, RMSNorm,
+//! SwiGLU MLP. Modules hold weights only; the KV cache, RoPE tables and attention mask are
+//! arguments of [`LlamaModel::forward`], which returns the final-norm hidden state of every
+//! new position. `lm_head` is a separate projection ([`LlamaModel::logits`]).
+
+use burn::module::{Module, Param};
+use burn::nn::{Embedding, Linear, RmsNorm};
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+
+use crate::cache::KvCache;
+use crate::config::LlamaConfig;
+use crate::error::Result;
+use crate::rope::{RopeAt, RopeTables};
+use crate::weights::WeightSource;
+
+/// Floating-point type the model computes in (weights are stored in it too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    F16,
+    BF16,
+}
+
+impl Precision {
+    pub fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::F16 => DType::F16,
+            Precision::BF16 => DType::BF16,
+        }
+    }
+}
+
+/// Which of the cached and new tokens each new token may attend to.
+#[derive(Debug, Clone)]
+pub enum AttnMask {
+    /// Every new token sees the whole cached prefix and the new tokens up to itself.
+    Causal,
+    /// Every new token sees the whole cached prefix; among the T new tokens, visibility is
+    /// given by this additive bias [T, T] (0 = visible, -inf = hidden). A tree mask.
+    Tree(Tensor<2>),
+}
+
+impl AttnMask {
+    /// The additive bias [T, T] of a causal mask.
+    pub fn causal_bias(t: usize, device: &Device) -> Tensor<2> {
+        let v: Vec<f32> = (0..t * t)
+            .map(|i| {
+                if i % t <= i / t {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
+        Tensor::from_data(TensorData::new(v, [t, t]), device)
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+}
+
+#[derive(Module, Debug)]
+pub struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+#[derive(Module, Debug)]
+pub struct DecoderLayer {
+    attn_norm: RmsNorm,
+    attn: Attention,
+    mlp_norm: RmsNorm,
+    mlp: Mlp,
+}
+
+/// The base model's weights.
+#[derive(Module, Debug)]
+pub struct LlamaModel {
+    embed: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// [hidden, vocab] view; for tied models it shares the embedding's buffer.
+    lm_head: Linear,
+    #[module(skip)]
+    config: LlamaConfig,
+}
+
+/// Builds tensors from a weight source, on one device, in one precision.
+struct Loader<'a> {
+    src: &'a mut dyn WeightSource,
+    device: &'a Device,
+    precision: Precision,
+}
+
+impl Loader<'_> {
+    fn tensor<const D: usize>(&mut self, name: &str, shape: [usize; D]) -> Result<Tensor<D>> {
+        let data = self.src.tensor(name, &shape)?;
+        let t = Tensor::<D>::from_data(TensorData::new(data, shape), self.device);
+        Ok(match self.precision {
+            Precision::F32 => t,
+            p => t.cast(p.dtype()),
+        })
+    }
+
+    /// An HF linear (weight stored [out, in]) as a Burn linear: the parameter is the
+    /// transposed view [in, out] of the stored rows, so no copy is made.
+    fn linear(&mut self, prefix: &str, d_in: usize, d_out: usize, bias: bool) -> Result<Linear> {
+        let w = self.tensor(&format!("{prefix}.weight"), [d_out, d_in])?;
+        let bias = if bias {
+            Some(Param::from_tensor(
+                self.tensor(&format!("{prefix}.bias"), [d_out])?,
+            ))
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: Param::from_tensor(w.transpose()),
+            bias,
+        })
+    }
+
+    fn norm(&mut self, name: &str, d: usize, eps: f64) -> Result<RmsNorm> {
+        Ok(RmsNorm {
+            gamma: Param::from_tensor(self.tensor(name, [d])?),
+            epsilon: eps,
+        })
+    }
+}
+
+impl LlamaModel {
+    /// Build the model from `src`, checking every tensor's presence and shape.
+    pub fn from_weights(
+        config: &LlamaConfig,
+        src: &mut dyn WeightSource,
+        device: &Device,
+        precision: Precision,
+    ) -> Result<Self> {
+        let c = config;
+        let (d, hd) = (c.hidden_size, c.head_dim);
+        let mut ld = Loader {
+            src,
+            device,
+            precision,
+        };
+        let embed_w = ld.tensor("model.embed_tokens.weight", [c.vocab_size, d])?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let attn = Attention {
+                q: ld.linear(
+                    &format!("{p}.self_attn.q_proj"),
+                    d,
+                    c.num_attention_heads * hd,
+                    c.qkv_bias,
+                )?,
+                k: ld.linear(
+                    &format!("{p}.self_attn.k_proj"),
+                    d,
+                    c.num_key_value_heads * hd,
+                    c.qkv_bias,
+                )?,
+                v: ld.linear(
+                    &format!("{p}.self_attn.v_proj"),
+                    d,
+                    c.num_key_value_heads * hd,
+                    c.qkv_bias,
+                )?,
+                o: ld.linear(
+                    &format!("{p}.self_attn.o_proj"),
+                    c.num_attention_heads * hd,
+                    d,
+                    c.o_bias,
+                )?,
+                n_heads: c.num_attention_heads,
+                n_kv_heads: c.num_key_value_heads,
+                head_dim: hd,
+            };
+            let mlp = Mlp {
+                gate: ld.linear(
+                    &format!("{p}.mlp.gate_proj"),
+                    d,
+                    c.intermediate_size,
+                    c.mlp_bias,
+                )?,
+                up: ld.linear(
+                    &format!("{p}.mlp.up_proj"),
+                    d,
+                    c.intermediate_size,
+                    c.mlp_bias,
+                )?,
+                down: ld.linear(
+                    &format!("{p}.mlp.down_proj"),
+                    c.intermediate_size,
+                    d,
+                    c.mlp_bias,
+                )?,
+            };
+            layers.push(DecoderLayer {
+                attn_norm: ld.norm(&format!("{p}.input_layernorm.weight"), d, c.rms_norm_eps)?,
+                attn,
+                mlp_norm: ld.norm(
+                    &format!("{p}.post_attention_layernorm.weight"),
+                    d,
+                    c.rms_norm_eps,
+                )?,
+                mlp,
+            });
+        }
+        let norm = ld.norm("model.norm.weight", d, c.rms_norm_eps)?;
+        let lm_head = if c.tie_word_embeddings {
+            Linear {
+                weight: Param::from_tensor(embed_w.clone().transpose()),
+                bias: None,
+            }
+        } else {
+            ld.linear("lm_head", d, c.vocab_size, false)?
+        };
+        let tied = c.tie_word_embeddings;
+        ld.src.finish(&|n: &str| {
+            n.ends_with("rotary_emb.inv_freq") || (tied && n == "lm_head.weight")
+        })?;
+        Ok(Self {
+            embed: Embedding {
+                weight: Param::from_tensor(embed_w),
+            },
+            layers,
+            norm,
+            lm_head,
+            config: config.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    pub fn device(&self) -> Device {
+        self.embed.weight.val().device()
+    }
+
+    /// The vocabulary projection ([hidden, vocab] weight); heads of the `shared` kind reuse it.
+    pub fn lm_head(&self) -> &Linear {
+        &self.lm_head
+    }
+
+    /// A KV cache for this model holding up to `capacity` tokens.
+    pub fn new_cache(&self, capacity: usize) -> KvCache {
+        let c = &self.config;
+        KvCache::new(
+            c.num_hidden_layers,
+            c.num_key_value_heads,
+            c.head_dim,
+            capacity,
+            &self.device(),
+        )
+    }
+
+    /// Run `tokens` [T] at `positions` [T] on top of `cache`, appending their keys and values.
+    /// Returns the final-norm hidden states [T, hidden]. The caller keeps `cache.len() + T`
+    /// within the cache capacity and every position within the RoPE tables.
+    pub fn forward(
+        &self,
+        tokens: Tensor<1, Int>,
+        positions: Tensor<1, Int>,
+        mask: &AttnMask,
+        cache: &mut KvCache,
+        rope: &RopeTables,
+    ) -> Tensor<2> {
+        let [t] = tokens.dims();
+        let prefix = cache.len();
+        let rope_at = rope.at(positions);
+        // [1, 1, T, prefix + T] additive bias; a single causal token needs none.
+        let bias = match mask {
+            AttnMask::Causal if t == 1 => None,
+            AttnMask::Causal => Some(AttnMask::causal_bias(t, &self.device())),
+            AttnMask::Tree(b) => Some(b.clone()),
+        }
+        .map(|tree| {
+            let tree = tree.cast(self.config_dtype());
+            let full = if prefix == 0 {
+                tree
+            } else {
+                let zeros = Tensor::<2>::zeros([t, prefix], &tree.device()).cast(tree.dtype());
+                Tensor::cat(vec![zeros, tree], 1)
+            };
+            full.reshape([1, 1, t, prefix + t])
+        });
+        let mut x = self.embed.forward(tokens.reshape([1, t])); // [1, T, D]
+        for (i, layer) in self.layers.iter().enumerate() {
+            let h = layer.attn.forward(
+                layer.attn_norm.forward(x.clone()),
+                &rope_at,
+                bias.as_ref(),
+                cache,
+                i,
+            );
+            x = x + h;
+            let h = layer.mlp.forward(layer.mlp_norm.forward(x.clone()));
+            x = x + h;
+        }
+        cache.advance(t);
+        let [_, _, d] = x.dims();
+        self.norm.forward(x).reshape([t, d])
+    }
+
+    fn config_dtype(&self) -> DType {
+        self.embed.weight.val().dtype()
+    }
+
+    /// Vocabulary logits [T, vocab] of hidden states [T, hidden], in f32.
+    pub fn logits(&self, hidden: Tensor<2>) -> Tensor<2> {
+        self.lm_head.forward(hidden).cast(DType::F32)
+    }
+}
+
+impl Attention {
+    /// x [1, T, D] -> [1, T, D]
+    fn forward(
+        &self,
+        x: Tensor<3>,
+        rope: &RopeAt,
+        bias: Option<&Tensor<4>>,
+        cache: &mut KvCache,
+        layer: usize,
+    ) -> Tensor<3> {
+        let [_, t, _] = x.dims();
+        let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let group = nh / nkv;
+        // [1, heads, T, hd]
+        let q = self
+            .q
+            .forward(x.clone())
+            .reshape([1, t, nh, hd])
+            .swap_dims(1, 2);
+        let k = self
+            .k
+            .forward(x.clone())
+            .reshape([1, t, nkv, hd])
+            .swap_dims(1, 2);
+        let v = self.v.forward(x).reshape([1, t, nkv, hd]).swap_dims(1, 2);
+        let q = rope.apply(q);
+        let k = rope.apply(k);
+        let (k, v) = cache.write(layer, k, v); // [1, nkv, S, hd]
+        let [_, _, s, _] = k.dims();
+        // GQA without copying K/V: query heads g*group..(g+1)*group share kv head g, so
+        // [1, nh, T, hd] regroups as [1, nkv, group*T, hd].
+        let q = q.reshape([1, nkv, group * t, hd]);
+        let scores = q
+            .matmul(k.swap_dims(2, 3))
+            .mul_scalar((hd as f64).powf(-0.5)); // [1, nkv, group*T, S]
+        let scores = scores.reshape([1, nh, t, s]);
+        let scores = match bias {
+            Some(b) => scores + b.clone(),
+            None => scores,
+        };
+        let probs = softmax(scores, 3).reshape([1, nkv, group * t, s]);
+        let out = probs.matmul(v).reshape([1, nh, t, hd]); // [1, nh, T, hd]
+        self.o.forward(out.swap_dims(1, 2).reshape([1, t, nh * hd]))
+    }
+}
+
+impl Mlp {
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.down
+            .forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
+    }
+}
