@@ -1,1 +1,135 @@
-fn main() {}
+//! Forward-pass benchmarks on a real model folder (default: the converted demo model).
+//!
+//! `cargo bench -p toki-benches --bench forward` (env `TOKI_MODEL` = model folder,
+//! `TOKI_BACKEND` = cpu|wgpu|cuda, `TOKI_REPEAT` = timed repetitions).
+//!
+//! Reports prefill tokens/s, plain decode tokens/s, and the verification cost curve: one
+//! forward of n new tokens (n = 1..64) over a 256-token cache, as a ratio to n = 1, all
+//! measured in one run, interleaved so machine noise hits every size alike.
+
+use std::time::Instant;
+
+use burn::tensor::Device;
+use toki_decode::{Engine, EngineOptions, Prompt, Request};
+use toki_model::AttnMask;
+
+fn device() -> Device {
+    match std::env::var("TOKI_BACKEND").as_deref() {
+        #[cfg(feature = "wgpu")]
+        Ok("wgpu") => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+        #[cfg(feature = "cuda")]
+        Ok("cuda") => Device::cuda(0),
+        _ => Device::flex(),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let dir = std::env::var("TOKI_MODEL").unwrap_or_else(|_| "models/smollm2-135m-instruct".into());
+    let dir = std::path::Path::new(&dir);
+    let dir = if dir.exists() {
+        dir.to_path_buf()
+    } else {
+        std::path::Path::new("..").join(dir)
+    };
+    let repeat: usize = std::env::var("TOKI_REPEAT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let device = device();
+    let engine = match Engine::load(&dir, &device, &EngineOptions::default()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!(
+                "cannot load {} ({e}); run scripts/demo.sh first or set TOKI_MODEL",
+                dir.display()
+            );
+            return;
+        }
+    };
+    let model = engine.model();
+    let rope = toki_model::RopeTables::new(model.config(), 512, &device);
+    let vocab = model.config().vocab_size as u32;
+    let ids = |n: usize, salt: u32| -> Vec<u32> {
+        (0..n as u32)
+            .map(|i| (i * 7919 + salt * 104729) % vocab)
+            .collect()
+    };
+    let run = |prefix: usize, n: usize| -> f64 {
+        let mut cache = model.new_cache(prefix + n);
+        if prefix > 0 {
+            let h = model.forward(
+                engine_ids(&engine, &ids(prefix, 1)),
+                positions(&engine, 0, prefix),
+                &AttnMask::Causal,
+                &mut cache,
+                &rope,
+            );
+            let _ = h.into_data();
+        }
+        let t = Instant::now();
+        let h = model.forward(
+            engine_ids(&engine, &ids(n, 2)),
+            positions(&engine, prefix, n),
+            &AttnMask::Causal,
+            &mut cache,
+            &rope,
+        );
+        let _ = model.logits(h).argmax(1).into_data();
+        t.elapsed().as_secs_f64() * 1e3
+    };
+
+    // Prefill: 256 tokens from empty.
+    run(0, 8);
+    let prefill = median((0..repeat).map(|_| run(0, 256)).collect());
+    println!(
+        "prefill 256 tokens: {prefill:.1} ms = {:.0} tokens/s",
+        256.0 / prefill * 1e3
+    );
+
+    // Plain decode through the library (greedy, 64 tokens).
+    let req = Request::greedy(Prompt::Ids(ids(32, 3)), 64);
+    let tps = median(
+        (0..repeat.min(3))
+            .map(|_| {
+                engine
+                    .generate(&req)
+                    .map(|o| o.stats.tokens_per_s)
+                    .unwrap_or(0.0)
+            })
+            .collect(),
+    );
+    println!("plain decode: {tps:.1} tokens/s");
+
+    // Verification cost curve over a 256-token cache.
+    let sizes = [1usize, 2, 4, 8, 16, 32, 64];
+    let mut times = vec![vec![]; sizes.len()];
+    for _ in 0..repeat {
+        for (i, &n) in sizes.iter().enumerate() {
+            times[i].push(run(256, n));
+        }
+    }
+    let meds: Vec<f64> = times.into_iter().map(median).collect();
+    println!("verification cost over a 256-token cache (median of {repeat}):");
+    println!("  new tokens | ms      | ratio to 1");
+    for (n, m) in sizes.iter().zip(&meds) {
+        println!("  {n:>10} | {m:>7.2} | {:.2}", m / meds[0]);
+    }
+}
+
+fn engine_ids(e: &Engine, ids: &[u32]) -> burn::tensor::Tensor<1, burn::tensor::Int> {
+    let v: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
+    burn::tensor::Tensor::from_data(
+        burn::tensor::TensorData::new(v, [ids.len()]),
+        &e.model().device(),
+    )
+}
+
+fn positions(e: &Engine, start: usize, n: usize) -> burn::tensor::Tensor<1, burn::tensor::Int> {
+    let v: Vec<i64> = (start..start + n).map(|x| x as i64).collect();
+    burn::tensor::Tensor::from_data(burn::tensor::TensorData::new(v, [n]), &e.model().device())
+}

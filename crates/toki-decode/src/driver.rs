@@ -8,8 +8,10 @@ use toki_model::AttnMask;
 
 use crate::engine::{Emitted, Engine};
 use crate::error::{DecodeError, Result};
+use crate::proposer::{StepInput, propose};
 use crate::request::{FinishReason, Output, Request, Stats};
 use crate::sampling::{Rng, Sampling, draw, filtered_probs};
+use crate::verifier::verify_greedy;
 
 /// Next-token choice for every row of `logits` [R, vocab], read back in one transfer.
 pub(crate) fn pick(logits: Tensor<2>, sampling: &Sampling, rng: &mut Rng) -> Result<Vec<u32>> {
@@ -53,9 +55,12 @@ impl<'a> Progress<'a> {
 
     /// Add the tokens one step produced (cut at the first end token or the token budget),
     /// report them, and say whether generation is finished.
+    /// `is_step`: the tokens came from a decoding step (counted in `accept_lengths`), not
+    /// from the prefill.
     pub fn push(
         &mut self,
         step: &[u32],
+        is_step: bool,
         on_tokens: &mut impl FnMut(Emitted<'_>) -> ControlFlow<()>,
     ) -> Result<Option<FinishReason>> {
         let start = self.tokens.len();
@@ -68,7 +73,9 @@ impl<'a> Progress<'a> {
                 break;
             }
         }
-        self.accept_lengths.push(self.tokens.len() - start);
+        if is_step {
+            self.accept_lengths.push(self.tokens.len() - start);
+        }
         if finish.is_none() && self.tokens.len() >= self.request.max_new_tokens {
             finish = Some(FinishReason::MaxTokens);
         }
@@ -111,10 +118,11 @@ impl<'a> Progress<'a> {
         } else {
             0.0
         };
-        stats.mean_accepted = if self.accept_lengths.is_empty() {
+        let steps = self.accept_lengths.len();
+        stats.mean_accepted = if steps == 0 {
             0.0
         } else {
-            n as f64 / self.accept_lengths.len() as f64
+            self.accept_lengths.iter().sum::<usize>() as f64 / steps as f64
         };
         stats.accept_lengths = self.accept_lengths;
         Ok(Output {
@@ -127,7 +135,11 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// Plain autoregressive decoding.
+/// One loop for plain and speculative decoding. Each step: the heads fill the tree from the
+/// last accepted hidden state, with the base's own next token at the root; one base pass
+/// verifies every node; the longest path the base agrees with is kept (cache compacted to
+/// it) and the base's token after it is emitted too. Without heads the tree is the root
+/// alone, which is plain decoding.
 pub(crate) fn run(
     engine: &Engine,
     prompt_ids: Vec<u32>,
@@ -145,8 +157,15 @@ pub(crate) fn run(
     if request.max_new_tokens == 0 {
         return progress.finish(prompt_ids, FinishReason::MaxTokens, stats);
     }
-    let capacity = (n + request.max_new_tokens).min(engine.context);
+    // Speculation is greedy-only for now: sampling runs the root-only tree (plain sampling).
+    let spec = match (&engine.speculation, request.sampling) {
+        (Some(s), Sampling::Greedy) => Some(s),
+        _ => None,
+    };
+    let tree_len = spec.map_or(1, |s| s.tree.len());
+    let capacity = (n + request.max_new_tokens + tree_len).min(engine.context);
     let mut cache = model.new_cache(capacity);
+    let mut accepted_per_head = vec![0usize; spec.map_or(0, |s| s.tree.depth())];
 
     let t0 = Instant::now();
     let hidden = model.forward(
@@ -156,29 +175,74 @@ pub(crate) fn run(
         &mut cache,
         &engine.rope,
     );
-    let last = hidden.slice([n - 1..n]); // [1, D]
-    let mut next = pick(model.logits(last), &request.sampling, &mut rng)?[0];
+    let mut last_hidden = hidden.slice([n - 1..n]); // [1, D]
+    let mut root = pick(
+        model.logits(last_hidden.clone()),
+        &request.sampling,
+        &mut rng,
+    )?[0];
     stats.prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
 
     let t1 = Instant::now();
-    let reason = loop {
-        if let Some(reason) = progress.push(&[next], &mut on_tokens)? {
-            break reason;
+    let mut history = prompt_ids.clone();
+    let mut reason = progress.push(&[root], false, &mut on_tokens)?;
+    while reason.is_none() {
+        let prefix = cache.len();
+        if prefix + 1 > capacity {
+            reason = Some(FinishReason::ContextFull);
+            break;
         }
-        if cache.len() >= capacity {
-            break FinishReason::ContextFull;
-        }
-        let pos = cache.len();
+        // Near the end of the context a full tree may not fit: fall back to the root alone.
+        let step_spec = spec.filter(|s| prefix + s.tree.len() <= capacity);
+        let (tokens, mask, buffers) = match step_spec {
+            Some(s) => {
+                history.truncate(n);
+                history.extend_from_slice(&progress.tokens);
+                let input = StepInput {
+                    base: model,
+                    hidden: last_hidden,
+                    history: &history,
+                };
+                (
+                    propose(s.heads.as_ref(), input, &s.tree)?,
+                    AttnMask::Tree(s.buffers.mask.clone()),
+                    &s.buffers,
+                )
+            }
+            None => (vec![root], AttnMask::Causal, &engine.root_buffers),
+        };
+        let positions: Vec<u32> = buffers
+            .depths
+            .iter()
+            .map(|&d| (prefix + d) as u32)
+            .collect();
         let hidden = model.forward(
-            engine.ids_tensor(&[next]),
-            engine.positions(pos, 1),
-            &AttnMask::Causal,
+            engine.ids_tensor(&tokens),
+            engine.ids_tensor(&positions),
+            &mask,
             &mut cache,
             &engine.rope,
-        );
-        next = pick(model.logits(hidden), &request.sampling, &mut rng)?[0];
+        ); // [N, D]
+        let base = pick(model.logits(hidden.clone()), &request.sampling, &mut rng)?;
+        let verdict = verify_greedy(buffers, &tokens, &base);
+        cache.compact(tokens.len(), &verdict.accepted);
+        let last = *verdict.accepted.last().unwrap_or(&0);
+        last_hidden = hidden.slice([last..last + 1]);
+        root = verdict.bonus;
+        let depth = verdict.accepted.len() - 1;
+        accepted_per_head
+            .iter_mut()
+            .take(depth)
+            .for_each(|a| *a += 1);
+        let mut emitted: Vec<u32> = verdict.accepted[1..].iter().map(|&i| tokens[i]).collect();
+        emitted.push(root);
         stats.steps += 1;
-    };
+        reason = progress.push(&emitted, true, &mut on_tokens)?;
+    }
     stats.decode_ms = t1.elapsed().as_secs_f64() * 1e3;
-    progress.finish(prompt_ids, reason, stats)
+    stats.head_acceptance = accepted_per_head
+        .iter()
+        .map(|&a| a as f64 / stats.steps.max(1) as f64)
+        .collect();
+    progress.finish(prompt_ids, reason.unwrap_or(FinishReason::MaxTokens), stats)
 }

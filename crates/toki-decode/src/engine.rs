@@ -7,10 +7,12 @@ use std::path::Path;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use toki_model::tokenizer::Tokenizer;
 use toki_model::weights::SafetensorsWeights;
-use toki_model::{LlamaConfig, LlamaModel, ModelError, Precision, RopeTables};
+use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision, RopeTables};
 
 use crate::error::{DecodeError, Result};
+use crate::proposer::Proposer;
 use crate::request::{Output, Prompt, Request};
+use crate::tree::{Tree, TreeBuffers};
 
 /// How an engine is loaded.
 #[derive(Debug, Clone)]
@@ -37,6 +39,16 @@ pub struct Engine {
     pub(crate) rope: RopeTables,
     pub(crate) eos: Vec<u32>,
     pub(crate) context: usize,
+    pub(crate) speculation: Option<Speculation>,
+    /// The root-only tree: plain decoding steps.
+    pub(crate) root_buffers: TreeBuffers,
+}
+
+/// The proposer (Medusa heads) and the tree it fills.
+pub struct Speculation {
+    pub heads: Box<dyn Proposer>,
+    pub tree: Tree,
+    pub buffers: TreeBuffers,
 }
 
 /// Tokens handed to a streaming callback as they are accepted.
@@ -92,13 +104,49 @@ impl Engine {
             .min(model.config().max_position_embeddings)
             .max(1);
         let rope = RopeTables::new(model.config(), context, &model.device());
+        let root_buffers = Tree::root_only().buffers(&model.device());
         Self {
             model,
             tokenizer,
             rope,
             eos,
             context,
+            speculation: None,
+            root_buffers,
         }
+    }
+
+    /// Decode speculatively with `heads` filling `tree` (checked against the heads).
+    pub fn with_heads(self, heads: MedusaHeads, tree: Tree) -> Result<Self> {
+        self.with_proposer(Box::new(heads), tree)
+    }
+
+    /// Decode speculatively with any proposer filling `tree`.
+    pub fn with_proposer(mut self, heads: Box<dyn Proposer>, tree: Tree) -> Result<Self> {
+        if tree.depth() > heads.num_heads() {
+            return Err(DecodeError::Tree(format!(
+                "the tree is {} deep but there are {} heads",
+                tree.depth(),
+                heads.num_heads()
+            )));
+        }
+        let buffers = tree.buffers(&self.device());
+        self.speculation = Some(Speculation {
+            heads,
+            tree,
+            buffers,
+        });
+        Ok(self)
+    }
+
+    /// Drop the heads: plain decoding from now on (the model is kept).
+    pub fn without_heads(mut self) -> Self {
+        self.speculation = None;
+        self
+    }
+
+    pub fn speculation(&self) -> Option<&Speculation> {
+        self.speculation.as_ref()
     }
 
     pub fn model(&self) -> &LlamaModel {

@@ -16,10 +16,14 @@
 pub mod driver;
 pub mod engine;
 pub mod error;
+pub mod proposer;
 pub mod request;
 pub mod sampling;
+pub mod tree;
+pub mod verifier;
 
-pub use engine::{Emitted, Engine, EngineOptions};
+pub use engine::{Emitted, Engine, EngineOptions, Speculation};
 pub use error::{DecodeError, Result};
 pub use request::{FinishReason, Output, Prompt, Request, Stats};
 pub use sampling::{SampleParams, Sampling};
+pub use tree::{Tree, TreeBuffers, TreePreset};

@@ -12,13 +12,16 @@ pub mod config;
 pub mod convert;
 pub mod error;
 pub mod gguf;
+pub mod heads;
 pub mod llama;
 pub mod rope;
+pub mod testing;
 pub mod tokenizer;
 pub mod weights;
 
 pub use cache::KvCache;
 pub use config::LlamaConfig;
 pub use error::{ModelError, Result};
+pub use heads::{HeadKind, HeadsConfig, MedusaHeads};
 pub use llama::{AttnMask, LlamaModel, Precision};
 pub use rope::RopeTables;

@@ -88,6 +88,27 @@ impl SafetensorsWeights {
         })
     }
 
+    /// One safetensors file on its own (head files).
+    pub fn open_file(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+        // SAFETY: as in `open`.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
+        let st = SafeTensors::deserialize(&mmap).map_err(|e| st_err(path, e))?;
+        let index = st.names().into_iter().map(|n| (n.to_string(), 0)).collect();
+        Ok(Self {
+            files: vec![(path.to_path_buf(), mmap)],
+            index,
+            used: BTreeSet::new(),
+        })
+    }
+
+    /// The stored shape of `name`, if present.
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        let (_, mmap) = &self.files[*self.index.get(name)?];
+        let st = SafeTensors::deserialize(mmap).ok()?;
+        st.tensor(name).ok().map(|t| t.shape().to_vec())
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.index.keys().map(String::as_str)
     }

@@ -1,0 +1,89 @@
+//! The verifier: given the base model's choice at every tree node, keep the longest
+//! candidate path the base would have produced itself.
+
+use crate::tree::TreeBuffers;
+
+/// The outcome of one verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Accepted nodes from the root (always includes node 0), in tree order.
+    pub accepted: Vec<usize>,
+    /// The base's token after the last accepted node: emitted now, and the next root.
+    pub bonus: u32,
+}
+
+/// Greedy verification. `tokens[i]` is node i's token, `base[i]` the base's choice for the
+/// token after node i. A child is accepted iff its token equals the base's choice at its
+/// parent; the longest accepted path wins (the first listed on ties).
+pub fn verify_greedy(buffers: &TreeBuffers, tokens: &[u32], base: &[u32]) -> Verdict {
+    let mut best: &[usize] = &[0];
+    for path in &buffers.retrieve {
+        let ok = 1 + path
+            .windows(2)
+            .take_while(|w| tokens[w[1]] == base[w[0]])
+            .count();
+        if ok > best.len() {
+            best = &path[..ok];
+        }
+    }
+    let last = best[best.len() - 1];
+    Verdict {
+        accepted: best.to_vec(),
+        bonus: base[last],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::Tree;
+    use burn::tensor::Device;
+
+    fn buffers() -> TreeBuffers {
+        // nodes: 0 root, 1 [0], 2 [1], 3 [0,0]
+        Tree::from_paths(&[vec![0], vec![1], vec![0, 0]], 2, 2)
+            .unwrap()
+            .buffers(&Device::flex())
+    }
+
+    #[test]
+    fn accepts_longest_matching_path() {
+        // base after root says 20 (node 2 matches); after node 2 says 30.
+        let v = verify_greedy(&buffers(), &[10, 21, 20, 31], &[20, 99, 30, 99]);
+        assert_eq!(
+            v,
+            Verdict {
+                accepted: vec![0, 2],
+                bonus: 30
+            }
+        );
+        // root -> node 1 (21) -> node 3 (31) all match.
+        let v = verify_greedy(&buffers(), &[10, 21, 20, 31], &[21, 31, 0, 40]);
+        assert_eq!(
+            v,
+            Verdict {
+                accepted: vec![0, 1, 3],
+                bonus: 40
+            }
+        );
+    }
+
+    #[test]
+    fn nothing_matches_still_yields_the_base_token() {
+        let v = verify_greedy(&buffers(), &[10, 21, 20, 31], &[5, 6, 7, 8]);
+        assert_eq!(
+            v,
+            Verdict {
+                accepted: vec![0],
+                bonus: 5
+            }
+        );
+    }
+
+    #[test]
+    fn child_of_rejected_node_is_never_accepted() {
+        // node 3 matches node 1's base choice, but node 1 itself is rejected.
+        let v = verify_greedy(&buffers(), &[10, 21, 20, 31], &[7, 31, 0, 0]);
+        assert_eq!(v.accepted, vec![0]);
+    }
+}
