@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use toki_decode::{Engine, EngineOptions, Prompt, Request, Sampling};
+use toki_decode::{Tree, TreePreset};
+use toki_model::MedusaHeads;
 use toki_model::tokenizer::Message;
 
 use crate::backend::{self, Backend};
@@ -38,6 +40,13 @@ pub struct Args {
     /// Most tokens (prompt + output) a request may hold.
     #[arg(long, default_value_t = 4096)]
     max_context: usize,
+    /// Medusa heads folder (heads.json + heads.safetensors, or the reference
+    /// medusa_lm_head.safetensors + config.json): decode speculatively.
+    #[arg(long)]
+    heads: Option<PathBuf>,
+    /// Candidate tree: a JSON file of paths, or a preset (chain-N, small, medium, medusa-63).
+    #[arg(long, default_value = "small")]
+    tree: String,
     /// Print one JSON object (prompt_ids, output_ids, text, stats) instead of streaming.
     #[arg(long)]
     json: bool,
@@ -53,8 +62,14 @@ pub fn run(a: Args) -> Result<()> {
         max_context: a.max_context,
         ..Default::default()
     };
-    let engine = Engine::load(&a.model, &device, &options)
+    let mut engine = Engine::load(&a.model, &device, &options)
         .with_context(|| format!("loading {}", a.model.display()))?;
+    if let Some(dir) = &a.heads {
+        let heads = MedusaHeads::load(dir, engine.model())
+            .with_context(|| format!("loading heads {}", dir.display()))?;
+        let tree = load_tree(&a.tree, heads.num_heads())?;
+        engine = engine.with_heads(heads, tree)?;
+    }
     let prompt = if a.chat {
         Prompt::Chat(vec![Message::user(a.prompt.clone())])
     } else {
@@ -104,4 +119,27 @@ pub fn run(a: Args) -> Result<()> {
         out.finish_reason
     );
     Ok(())
+}
+
+/// `--tree`: a preset name or a JSON file of paths, checked against the heads.
+pub fn load_tree(spec: &str, num_heads: usize) -> Result<Tree> {
+    /// Ranks beyond this are never useful and would make the proposer sort the vocabulary.
+    const MAX_RANK: usize = 64;
+    let tree = match TreePreset::parse(spec) {
+        Some(preset) => {
+            let paths: Vec<Vec<usize>> = preset
+                .paths()
+                .into_iter()
+                .filter(|p| p.len() <= num_heads)
+                .collect();
+            Tree::from_paths(&paths, num_heads, MAX_RANK)?
+        }
+        None if std::path::Path::new(spec).exists() => {
+            Tree::from_file(spec.as_ref(), num_heads, MAX_RANK)?
+        }
+        None => bail!(
+            "--tree {spec:?} is neither a preset (chain-N, small, medium, medusa-63) nor a file"
+        ),
+    };
+    Ok(tree)
 }

@@ -1,0 +1,150 @@
+//! Bad input to the CLI: a one-line error, a non-zero exit, never a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use toki_model::testing::{tiny_config, write_model_folder};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("toki-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Run `toki generate` and return (exit success, stderr).
+fn generate(model: &Path, extra: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_toki"))
+        .args(["generate", "--backend", "cpu", "--model"])
+        .arg(model)
+        .args(extra)
+        .output()
+        .expect("toki runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "panic: {err}");
+    (out.status.success(), err)
+}
+
+fn assert_one_line_error(ok: bool, err: &str, needle: &str) {
+    assert!(!ok, "expected failure, got success: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "not one line: {err}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains(needle),
+        "{err}"
+    );
+}
+
+#[test]
+fn tiny_model_generates() {
+    let dir = tmp("ok");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let (ok, err) = generate(
+        &dir,
+        &["--prompt", "t5 t6 t7", "--max-new-tokens", "5", "--json"],
+    );
+    assert!(ok, "{err}");
+}
+
+#[test]
+fn missing_folder() {
+    let (ok, err) = generate(Path::new("/nonexistent/toki-model"), &["--prompt", "hi"]);
+    assert_one_line_error(ok, &err, "does not exist");
+}
+
+#[test]
+fn truncated_safetensors() {
+    let dir = tmp("trunc");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let st = dir.join("model.safetensors");
+    let bytes = std::fs::read(&st).unwrap();
+    std::fs::write(&st, &bytes[..bytes.len() - 100]).unwrap();
+    let (ok, err) = generate(&dir, &["--prompt", "t5"]);
+    assert_one_line_error(ok, &err, "model.safetensors");
+}
+
+#[test]
+fn config_without_required_fields() {
+    let dir = tmp("cfg");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type": "llama", "hidden_size": 32}"#,
+    )
+    .unwrap();
+    let (ok, err) = generate(&dir, &["--prompt", "t5"]);
+    assert_one_line_error(ok, &err, "num_attention_heads");
+}
+
+#[test]
+fn empty_prompt() {
+    let dir = tmp("empty");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let (ok, err) = generate(&dir, &["--prompt", "  "]);
+    assert_one_line_error(ok, &err, "empty");
+}
+
+#[test]
+fn prompt_longer_than_the_context() {
+    let dir = tmp("long");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let long = vec!["t5"; 100].join(" ");
+    let (ok, err) = generate(&dir, &["--prompt", &long, "--max-context", "32"]);
+    assert_one_line_error(ok, &err, "context");
+}
+
+#[test]
+fn bad_tree_and_bad_heads() {
+    let dir = tmp("tree");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let (ok, err) = generate(&dir, &["--prompt", "t5", "--heads", "/nonexistent/heads"]);
+    assert_one_line_error(ok, &err, "heads");
+    let bad = dir.join("tree.json");
+    std::fs::write(&bad, "[[0, 0]]").unwrap();
+    let heads = dir.join("heads");
+    let m = toki_model::LlamaModel::from_weights(
+        &tiny_config(64, 2, true),
+        &mut toki_model::weights::RandomWeights { seed: 1, std: 0.1 },
+        &burn::tensor::Device::flex(),
+        toki_model::Precision::F32,
+    )
+    .unwrap();
+    let cfg = toki_model::HeadsConfig {
+        kind: toki_model::HeadKind::Shared,
+        num_heads: 2,
+        num_layers: 1,
+        hidden_size: 32,
+        vocab_size: 64,
+        base_model: String::new(),
+    };
+    toki_model::MedusaHeads::init(cfg, &m)
+        .unwrap()
+        .save(&heads)
+        .unwrap();
+    let (ok, err) = generate(
+        &dir,
+        &[
+            "--prompt",
+            "t5",
+            "--heads",
+            heads.to_str().unwrap(),
+            "--tree",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert_one_line_error(ok, &err, "no parent");
+    let (ok, err) = generate(
+        &dir,
+        &[
+            "--prompt",
+            "t5 t6",
+            "--heads",
+            heads.to_str().unwrap(),
+            "--tree",
+            "chain-2",
+            "--json",
+            "--max-new-tokens",
+            "6",
+        ],
+    );
+    assert!(ok, "{err}");
+}
