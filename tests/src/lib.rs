@@ -13,7 +13,7 @@ pub fn tiny_engine(seed: u64, kv_heads: usize, tied: bool) -> Engine {
     let model = LlamaModel::from_weights(
         &config,
         &mut RandomWeights { seed, std: 0.3 },
-        &Device::flex(),
+        &device(),
         Precision::F32,
     )
     .expect("tiny model builds");
@@ -64,4 +64,19 @@ pub fn prompt(seed: u64, len: usize, vocab: u32) -> Vec<u32> {
     (0..len as u64)
         .map(|i| 2 + ((i * 31 + seed * 17 + 5) % (vocab as u64 - 2)) as u32)
         .collect()
+}
+
+/// The device the tests run on: flex, or wgpu with `TOKI_TEST_BACKEND=wgpu` (built with
+/// `--features wgpu`).
+pub fn device() -> Device {
+    match std::env::var("TOKI_TEST_BACKEND").as_deref() {
+        Ok("wgpu") => {
+            #[cfg(feature = "wgpu")]
+            return Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+            #[cfg(not(feature = "wgpu"))]
+            panic!("TOKI_TEST_BACKEND=wgpu needs --features toki-tests/wgpu");
+        }
+        Ok("cpu") | Ok("flex") | Err(_) => Device::flex(),
+        Ok(other) => panic!("unknown TOKI_TEST_BACKEND {other:?} (cpu, wgpu)"),
+    }
 }

@@ -11,7 +11,7 @@ use toki_model::{
 };
 
 fn dev() -> Device {
-    Device::flex()
+    toki_tests::device()
 }
 
 fn ids(v: &[u32]) -> Tensor<1, Int> {
