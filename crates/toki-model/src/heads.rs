@@ -145,6 +145,12 @@ impl MedusaHeads {
         device: &Device,
     ) -> Result<Self> {
         let (d, v) = (config.hidden_size, config.vocab_size);
+        if config.num_heads == 0 {
+            return Err(ModelError::Heads {
+                path: Default::default(),
+                msg: "a head set needs at least one head".into(),
+            });
+        }
         let mut heads = Vec::with_capacity(config.num_heads);
         for h in 0..config.num_heads {
             let mut blocks = Vec::with_capacity(config.num_layers);
@@ -323,19 +329,36 @@ impl MedusaHeads {
 
     /// Logits of every head for hidden states [R, D]: K tensors [R, vocab], f32.
     pub fn forward(&self, hidden: Tensor<2>, base: &LlamaModel) -> Vec<Tensor<2>> {
-        self.heads
+        let [r, _] = hidden.dims();
+        let xs: Vec<Tensor<2>> = self
+            .heads
             .iter()
             .map(|head| {
-                let mut x = hidden.clone();
-                for blk in &head.blocks {
-                    x = x.clone() + silu(blk.linear.forward(x));
-                }
-                match &head.lm_head {
+                head.blocks.iter().fold(hidden.clone(), |x, blk| {
+                    x.clone() + silu(blk.linear.forward(x))
+                })
+            })
+            .collect();
+        match self.config.kind {
+            // One projection for all heads: a single [K*R, D] x [D, V] matmul reads the
+            // vocabulary matrix once instead of K times.
+            HeadKind::Shared => {
+                let logits = base.logits(Tensor::cat(xs, 0)); // [K*R, V]
+                let [_, v] = logits.dims();
+                (0..self.heads.len())
+                    .map(|k| logits.clone().slice([k * r..(k + 1) * r, 0..v]))
+                    .collect()
+            }
+            HeadKind::Own => self
+                .heads
+                .iter()
+                .zip(xs)
+                .map(|(head, x)| match &head.lm_head {
                     Some(lm) => lm.forward(x).cast(DType::F32),
                     None => base.logits(x),
-                }
-            })
-            .collect()
+                })
+                .collect(),
+        }
     }
 }
 
