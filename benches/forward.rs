@@ -117,25 +117,42 @@ fn main() {
         base_model: String::new(),
     };
     let chat = |s: &str| Prompt::Chat(vec![toki_model::tokenizer::Message::user(s)]);
-    let prompts = ["Write a Python function that checks whether a number is prime.", "List the numbers from 1 to 20, one per line."];
+    let prompts = [
+        "Write a Python function that checks whether a number is prime.",
+        "List the numbers from 1 to 20, one per line.",
+    ];
     for (k, tree) in [(2usize, "chain-2"), (4, "small")] {
         let heads = toki_model::MedusaHeads::init(cfg(k), model).expect("heads");
-        let paths: Vec<Vec<usize>> = toki_decode::TreePreset::parse(tree).expect("preset").paths();
+        let paths: Vec<Vec<usize>> = toki_decode::TreePreset::parse(tree)
+            .expect("preset")
+            .paths();
         let spec = Engine::load(&dir, &device, &EngineOptions::default())
             .expect("model")
-            .with_heads(heads, toki_decode::Tree::from_paths(&paths, k, 8).expect("tree"))
+            .with_heads(
+                heads,
+                toki_decode::Tree::from_paths(&paths, k, 8).expect("tree"),
+            )
             .expect("engine");
         for p in prompts {
             let req = Request::greedy(chat(p), 96);
             let (mut a, mut b, mut tau) = (vec![], vec![], 0.0);
             for _ in 0..repeat.min(2) {
-                a.push(engine.generate(&req).map(|o| o.stats.tokens_per_s).unwrap_or(0.0));
+                a.push(
+                    engine
+                        .generate(&req)
+                        .map(|o| o.stats.tokens_per_s)
+                        .unwrap_or(0.0),
+                );
                 let o = spec.generate(&req).expect("spec");
                 tau = o.stats.mean_accepted;
                 b.push(o.stats.tokens_per_s);
             }
             let (a, b) = (median(a), median(b));
-            println!("untrained heads, tree {tree:>7}: tau {tau:.2}, plain {a:.1} tok/s, speculative {b:.1} tok/s, speedup {:.2}x  [{}]", b / a, &p[..30]);
+            println!(
+                "untrained heads, tree {tree:>7}: tau {tau:.2}, plain {a:.1} tok/s, speculative {b:.1} tok/s, speedup {:.2}x  [{}]",
+                b / a,
+                &p[..30]
+            );
         }
     }
 
