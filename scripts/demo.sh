@@ -3,7 +3,7 @@
 # heads are given: scripts/demo.sh --heads DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/fetch-demo.sh
+TOKI_CARGO_PROFILE=release scripts/fetch-demo.sh
 cargo run --release -q -p toki-cli --bin toki -- generate \
   --model models/smollm2-135m-instruct --chat \
   --prompt "${PROMPT:-Write a Python function that checks whether a number is prime.}" \

