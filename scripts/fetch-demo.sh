@@ -15,4 +15,8 @@ if [ ! -f "$gguf" ]; then
 fi
 # The dev profile optimises dependencies (Cargo.toml), so tests and CI build once;
 # demo.sh asks for release.
-cargo run ${TOKI_CARGO_PROFILE:+--profile "$TOKI_CARGO_PROFILE"} -q -p toki-cli --bin toki -- convert-gguf "$gguf" --out "$out"
+if [ -n "${TOKI_BIN:-}" ]; then
+  "$TOKI_BIN" convert-gguf "$gguf" --out "$out"
+else
+  cargo run ${TOKI_CARGO_PROFILE:+--profile "$TOKI_CARGO_PROFILE"} -q -p toki-cli --bin toki -- convert-gguf "$gguf" --out "$out"
+fi
