@@ -19,7 +19,7 @@ use safetensors::{Dtype, tensor::TensorView};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
-use crate::llama::LlamaModel;
+use crate::llama::{LlamaModel, transpose};
 use crate::weights::{SafetensorsWeights, WeightSource};
 
 /// Where a head's vocabulary projection comes from.
@@ -73,17 +73,6 @@ fn heads_err(path: &Path, msg: impl ToString) -> ModelError {
 
 fn tensor2(data: Vec<f32>, shape: [usize; 2], device: &Device) -> Tensor<2> {
     Tensor::from_data(TensorData::new(data, shape), device)
-}
-
-/// [rows, cols] -> [cols, rows]
-fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0.0; w.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = w[r * cols + c];
-        }
-    }
-    out
 }
 
 /// Key names of one head-file layout.

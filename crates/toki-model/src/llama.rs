@@ -436,7 +436,7 @@ impl Mlp {
 }
 
 /// Row-major [rows, cols] -> [cols, rows].
-fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0.0; w.len()];
     for r in 0..rows {
         for (c, &v) in w[r * cols..(r + 1) * cols].iter().enumerate() {
