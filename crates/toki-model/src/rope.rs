@@ -115,7 +115,11 @@ impl RopeAt {
         let half = d / 2;
         let x1 = x.clone().slice([0..b, 0..h, 0..t, 0..half]);
         let x2 = x.slice([0..b, 0..h, 0..t, half..d]);
-        let (cos, sin) = (self.cos.clone(), self.sin.clone());
+        // Tables are f32; computing in f16/bf16 casts the few rows gathered for this pass.
+        let (cos, sin) = (
+            self.cos.clone().cast(x1.dtype()),
+            self.sin.clone().cast(x1.dtype()),
+        );
         let r1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
         let r2 = x2 * cos + x1 * sin;
         Tensor::cat(vec![r1, r2], 3)

@@ -8,10 +8,17 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 use toki_decode::{Engine, EngineOptions, Prompt, Request, Sampling};
 use toki_decode::{Tree, TreePreset};
-use toki_model::MedusaHeads;
 use toki_model::tokenizer::Message;
+use toki_model::{MedusaHeads, Precision};
 
 use crate::backend::{self, Backend};
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PrecisionArg {
+    F32,
+    F16,
+    Bf16,
+}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -37,6 +44,9 @@ pub struct Args {
     seed: u64,
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
+    /// Compute precision (f16/bf16 where the backend supports them).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    precision: PrecisionArg,
     /// Most tokens (prompt + output) a request may hold.
     #[arg(long, default_value_t = 4096)]
     max_context: usize,
@@ -58,9 +68,23 @@ pub fn run(a: Args) -> Result<()> {
     }
     let sampling = Sampling::from_settings(a.temperature, a.top_k, a.top_p, a.seed)?;
     let device = backend::device(a.backend)?;
+    let precision = match a.precision {
+        PrecisionArg::F32 => Precision::F32,
+        PrecisionArg::F16 => Precision::F16,
+        PrecisionArg::Bf16 => Precision::BF16,
+    };
+    // flex 0.22.1 runs the model in f32 only (a half-precision run stops on a storage
+    // dtype check inside flex); half precision is offered where the device reports it.
+    let on_flex = format!("{device:?}").contains("Flex");
+    if precision != Precision::F32 && (on_flex || !device.supports_dtype(precision.dtype())) {
+        bail!(
+            "--precision {:?} is not supported on this backend ({device:?}); use f32",
+            a.precision
+        );
+    }
     let options = EngineOptions {
         max_context: a.max_context,
-        ..Default::default()
+        precision,
     };
     let mut engine = Engine::load(&a.model, &device, &options)
         .with_context(|| format!("loading {}", a.model.display()))?;
