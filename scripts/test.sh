@@ -18,7 +18,7 @@ if [ "${TOKI_WGPU:-0}" = 1 ]; then
 fi
 # One build (same features) serves the converter, the tests and the CLI tests.
 cargo build -q -p toki-cli "${cli[@]}"
-TOKI_BIN=target/debug/toki scripts/fetch-demo.sh
+TOKI_BIN="${CARGO_TARGET_DIR:-target}/debug/toki" scripts/fetch-demo.sh
 cargo test --workspace "${all[@]}"
 if [ "${TOKI_WGPU:-0}" = 1 ]; then
   TOKI_TEST_BACKEND=wgpu cargo test -p toki-tests "${all[@]}" --test speculative_tiny --test model_units
