@@ -21,7 +21,7 @@ cargo build -q -p toki-cli "${cli[@]}"
 TOKI_BIN="${CARGO_TARGET_DIR:-target}/debug/toki" scripts/fetch-demo.sh
 cargo test --workspace "${all[@]}"
 if [ "${TOKI_WGPU:-0}" = 1 ]; then
-  TOKI_TEST_BACKEND=wgpu cargo test -p toki-tests "${all[@]}" --test speculative_tiny --test model_units
+  TOKI_TEST_BACKEND=wgpu cargo test -p toki-tests "${cli[@]}" --test speculative_tiny --test model_units
 fi
 if [ "${TOKI_CUDA_CHECK:-0}" = 1 ]; then
   cargo check -q -p toki-cli --features cuda
