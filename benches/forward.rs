@@ -108,14 +108,8 @@ fn main() {
     // Speculative vs plain, side by side (A B A B), with *untrained* shared heads (each head
     // guesses the base's own next token, right only on repeats): a floor for τ, and the
     // cost of a speculative step on this backend. Trained heads are the training issue.
-    let cfg = |k| toki_model::HeadsConfig {
-        kind: toki_model::HeadKind::Shared,
-        num_heads: k,
-        num_layers: 1,
-        hidden_size: model.config().hidden_size,
-        vocab_size: model.config().vocab_size,
-        base_model: String::new(),
-    };
+    let cfg =
+        |k| toki_model::HeadsConfig::for_model(toki_model::HeadKind::Shared, k, 1, model.config());
     let chat = |s: &str| Prompt::Chat(vec![toki_model::tokenizer::Message::user(s)]);
     let prompts = [
         "Write a Python function that checks whether a number is prime.",

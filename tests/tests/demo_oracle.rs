@@ -152,14 +152,7 @@ fn speculative_equals_plain_on_the_demo_model() {
     let o = oracle();
     let dir = demo_dir();
     let plain = engine();
-    let cfg = |k| HeadsConfig {
-        kind: HeadKind::Shared,
-        num_heads: k,
-        num_layers: 1,
-        hidden_size: 576,
-        vocab_size: 49152,
-        base_model: "smollm2".into(),
-    };
+    let cfg = |k| HeadsConfig::for_model(HeadKind::Shared, k, 1, plain.model().config());
     // Untrained heads (the base's next-token guess, right on repeats) on a chain, and
     // random heads on a branching tree.
     let untrained = MedusaHeads::init(cfg(3), plain.model()).unwrap();

@@ -242,14 +242,7 @@ fn import_errors_name_the_tensor() {
 #[test]
 fn reference_medusa_checkpoint_gives_the_same_proposals_as_native() {
     let m = model(8, 2);
-    let cfg = HeadsConfig {
-        kind: HeadKind::Own,
-        num_heads: 3,
-        num_layers: 2,
-        hidden_size: 32,
-        vocab_size: 64,
-        base_model: "tiny".into(),
-    };
+    let cfg = HeadsConfig::for_model(HeadKind::Own, 3, 2, m.config());
     let heads = MedusaHeads::random(cfg.clone(), 11, 0.3, &dev()).unwrap();
     let dir = std::env::temp_dir().join(format!("toki-heads-{}", std::process::id()));
     let native = dir.join("native");
@@ -316,14 +309,7 @@ fn reference_medusa_checkpoint_gives_the_same_proposals_as_native() {
 #[test]
 fn untrained_heads_start_at_the_base_prediction() {
     let m = model(9, 2);
-    let cfg = HeadsConfig {
-        kind: HeadKind::Own,
-        num_heads: 2,
-        num_layers: 1,
-        hidden_size: 32,
-        vocab_size: 64,
-        base_model: String::new(),
-    };
+    let cfg = HeadsConfig::for_model(HeadKind::Own, 2, 1, m.config());
     let heads = MedusaHeads::init(cfg, &m).unwrap();
     let hidden = Tensor::<2>::random([2, 32], burn::tensor::Distribution::Default, &dev());
     let base = vec2(m.logits(hidden.clone()));

@@ -6,14 +6,7 @@ use toki_model::{HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
 
 fn heads_config(k: usize, kind: HeadKind) -> HeadsConfig {
-    HeadsConfig {
-        kind,
-        num_heads: k,
-        num_layers: 1,
-        hidden_size: 32,
-        vocab_size: 64,
-        base_model: "tiny".into(),
-    }
+    HeadsConfig::for_model(kind, k, 1, &toki_model::testing::tiny_config(64, 1, true))
 }
 
 fn trees() -> Vec<Vec<Vec<usize>>> {

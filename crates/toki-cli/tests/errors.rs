@@ -108,14 +108,7 @@ fn bad_tree_and_bad_heads() {
         toki_model::Precision::F32,
     )
     .unwrap();
-    let cfg = toki_model::HeadsConfig {
-        kind: toki_model::HeadKind::Shared,
-        num_heads: 2,
-        num_layers: 1,
-        hidden_size: 32,
-        vocab_size: 64,
-        base_model: String::new(),
-    };
+    let cfg = toki_model::HeadsConfig::for_model(toki_model::HeadKind::Shared, 2, 1, m.config());
     toki_model::MedusaHeads::init(cfg, &m)
         .unwrap()
         .save(&heads)

@@ -196,8 +196,8 @@ pub(crate) fn run(
         let step_spec = spec.filter(|s| prefix + s.tree.len() <= capacity);
         let (tokens, mask, buffers) = match step_spec {
             Some(s) => {
-                history.truncate(n);
-                history.extend_from_slice(&progress.tokens);
+                // Append only what the last steps added (prompt + generated so far).
+                history.extend_from_slice(&progress.tokens[history.len() - n..]);
                 let input = StepInput {
                     base: model,
                     hidden: last_hidden,

@@ -45,6 +45,25 @@ pub struct HeadsConfig {
     pub base_model: String,
 }
 
+impl HeadsConfig {
+    /// A head set sized for `base`: its hidden size and vocabulary.
+    pub fn for_model(
+        kind: HeadKind,
+        num_heads: usize,
+        num_layers: usize,
+        base: &crate::LlamaConfig,
+    ) -> Self {
+        Self {
+            kind,
+            num_heads,
+            num_layers,
+            hidden_size: base.hidden_size,
+            vocab_size: base.vocab_size,
+            base_model: String::new(),
+        }
+    }
+}
+
 #[derive(Module, Debug)]
 pub struct ResBlock {
     linear: Linear,
