@@ -152,3 +152,21 @@ fn context_end_falls_back_to_plain_steps() {
     assert_eq!(spec.output_ids, plain.output_ids);
     assert_eq!(spec.finish_reason, toki_decode::FinishReason::ContextFull);
 }
+
+#[test]
+fn batched_greedy_equals_one_prompt_at_a_time() {
+    for (seed, kv) in [(5u64, 2usize), (6, 1)] {
+        let engine = tiny_engine(seed, kv, true);
+        // Prompts of different lengths share one cache and one pass per step.
+        let prompts: Vec<Vec<u32>> = (0..4)
+            .map(|i| prompt(seed + i, 3 + 2 * i as usize, 64))
+            .collect();
+        let batched = engine.generate_batch(&prompts, 24).unwrap();
+        for (p, got) in prompts.iter().zip(&batched) {
+            let alone = engine
+                .generate(&Request::greedy(Prompt::Ids(p.clone()), 24))
+                .unwrap();
+            assert_eq!(got, &alone.output_ids, "seed {seed}, prompt {p:?}");
+        }
+    }
+}

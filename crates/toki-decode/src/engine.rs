@@ -155,6 +155,10 @@ impl Engine {
     pub fn tokenizer(&self) -> Option<&Tokenizer> {
         self.tokenizer.as_ref()
     }
+    /// Whether `token` ends generation (the model's end tokens).
+    pub fn is_eos(&self, token: u32) -> bool {
+        self.eos.contains(&token)
+    }
     /// The most tokens (prompt + generated) a request can hold.
     pub fn context(&self) -> usize {
         self.context

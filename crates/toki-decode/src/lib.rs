@@ -13,6 +13,7 @@
 //! # Ok::<(), toki_decode::DecodeError>(())
 //! ```
 
+pub mod batch;
 pub mod driver;
 pub mod engine;
 pub mod error;

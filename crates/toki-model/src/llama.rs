@@ -41,6 +41,10 @@ pub enum AttnMask {
     /// Every new token sees the whole cached prefix; among the T new tokens, visibility is
     /// given by this additive bias [T, T] (0 = visible, -inf = hidden). A tree mask.
     Tree(Tensor<2>),
+    /// Visibility of every cached and new token, given by this additive bias
+    /// [T, prefix + T]. Several independent sequences can share one cache this way
+    /// (batched generation): each row sees only its own sequence's rows.
+    Full(Tensor<2>),
 }
 
 impl AttnMask {
@@ -340,9 +344,21 @@ impl LlamaModel {
             AttnMask::Causal if t == 1 => None,
             AttnMask::Causal => Some(AttnMask::causal_bias(t, &self.device())),
             AttnMask::Tree(b) => Some(b.clone()),
+            AttnMask::Full(b) => {
+                let [rows, cols] = b.dims();
+                assert!(
+                    rows == t && cols == prefix + t,
+                    "a full mask for {t} tokens over {prefix} cached is [{t}, {}], not [{rows}, {cols}]",
+                    prefix + t
+                );
+                Some(b.clone())
+            }
         }
         .map(|tree| {
             let tree = tree.cast(self.config_dtype());
+            if matches!(mask, AttnMask::Full(_)) {
+                return tree.reshape([1, 1, t, prefix + t]);
+            }
             let full = if prefix == 0 {
                 tree
             } else {
