@@ -22,6 +22,10 @@ enum Command {
     ConvertGguf(cmd::convert_gguf::Args),
     /// Generate text from a prompt.
     Generate(cmd::generate::Args),
+    /// Self-distillation: the base model answers a prompt file (head training data).
+    Distill(cmd::distill::Args),
+    /// Train Medusa heads on a frozen base model.
+    Train(cmd::train::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +40,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::ConvertGguf(a) => cmd::convert_gguf::run(a),
         Command::Generate(a) => cmd::generate::run(a),
+        Command::Distill(a) => cmd::distill::run(a),
+        Command::Train(a) => cmd::train::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -4,14 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 
 use crate::error::{ModelError, Result};
 use crate::gguf::{GgufFile, Value};
 
 /// One chat message.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Message {
     pub role: String,
     pub content: String,
@@ -21,6 +21,12 @@ impl Message {
     pub fn user(content: impl Into<String>) -> Self {
         Self {
             role: "user".into(),
+            content: content.into(),
+        }
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: "assistant".into(),
             content: content.into(),
         }
     }

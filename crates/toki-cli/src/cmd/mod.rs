@@ -1,2 +1,4 @@
 pub mod convert_gguf;
+pub mod distill;
 pub mod generate;
+pub mod train;

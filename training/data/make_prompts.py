@@ -1,0 +1,163 @@
+"""Instructions for self-distilling the demo heads (written for toki; no dataset copied).
+
+Combines hand-written task templates with hand-written topic lists, shuffles with a fixed
+seed and writes `prompts.jsonl` ({"category", "prompt"} per line). Deterministic:
+`python3 training/data/make_prompts.py` always writes the same file.
+"""
+import itertools, json, random, pathlib
+
+random.seed(20261202)
+
+langs = ["Python", "JavaScript", "Rust", "C", "Go", "Java", "TypeScript", "Bash", "SQL", "C++"]
+code_tasks = [
+    "reverses a string", "checks whether a number is prime", "computes the factorial of n",
+    "returns the n-th Fibonacci number", "sorts a list of integers with bubble sort",
+    "counts the vowels in a string", "finds the largest element of an array",
+    "merges two sorted lists", "removes duplicates from a list", "checks if a word is a palindrome",
+    "converts Celsius to Fahrenheit", "computes the average of a list of numbers",
+    "reads a file and counts its lines", "implements binary search", "flattens a nested list",
+    "computes the greatest common divisor of two numbers", "capitalizes every word in a sentence",
+    "validates an email address with a simple check", "returns the sum of the digits of a number",
+    "implements a stack with push and pop", "transposes a matrix", "counts word frequencies in a text",
+    "converts a decimal number to binary", "finds the second largest number in a list",
+    "checks whether two strings are anagrams", "generates all subsets of a small set",
+    "implements a queue using two stacks", "computes the power of a number recursively",
+    "parses a comma separated line into fields", "rotates an array by k positions",
+]
+code_forms = [
+    "Write a {lang} function that {task}.",
+    "Show me how to write a {lang} program that {task}.",
+    "Implement a function in {lang} that {task}. Add a short comment.",
+    "Can you give an example in {lang} of code that {task}?",
+    "Write {lang} code that {task}, and explain it briefly.",
+]
+code_explain = [
+    "Explain what a for loop does in {lang}.", "How do I declare a variable in {lang}?",
+    "What is the difference between a list and a dictionary in Python?",
+    "Explain recursion with a short {lang} example.", "How do I handle errors in {lang}?",
+    "What does the return statement do in {lang}?", "Fix this Python code: def add(a, b) return a + b",
+    "What is a hash map and when should I use one?", "Explain the time complexity of binary search.",
+    "Write a SQL query that selects all users older than 30 from a table named users.",
+]
+
+sentences = [
+    "The weather is beautiful today.", "I would like a cup of coffee, please.",
+    "Where is the nearest train station?", "My brother works as a doctor in a big hospital.",
+    "We are going to the beach this weekend.", "Thank you very much for your help.",
+    "The library opens at nine in the morning.", "I have been learning to play the guitar.",
+    "Could you tell me how much this book costs?", "The children are playing in the garden.",
+    "She reads a newspaper every morning.", "Our meeting has been moved to Thursday.",
+    "This restaurant serves the best soup in town.", "I lost my keys on the way home.",
+    "The museum is closed on Mondays.", "He drinks tea without sugar.",
+    "It is raining, so take an umbrella.", "The train leaves in ten minutes.",
+    "I am happy to meet you.", "Please close the window, it is cold.",
+    "My favourite season is autumn.", "The cat is sleeping on the sofa.",
+    "We need to buy bread and milk.", "The concert starts at eight o'clock.",
+]
+targets = ["French", "Spanish", "German", "Italian", "Portuguese"]
+trans_forms = [
+    "Translate to {lang}: {s}", "Translate the following sentence into {lang}: \"{s}\"",
+    "How do you say \"{s}\" in {lang}?", "Please translate this into {lang}: {s}",
+]
+
+topics = [
+    "photosynthesis", "the water cycle", "the French Revolution", "black holes", "volcanoes",
+    "the human heart", "climate change", "the internet", "honey bees", "the Roman Empire",
+    "electric cars", "the Moon", "vaccines", "the printing press", "rainforests", "earthquakes",
+    "the Olympic Games", "coral reefs", "solar panels", "the immune system", "dinosaurs",
+    "the Great Wall of China", "recycling", "gravity", "the stock market", "tea",
+    "the piano", "coffee", "the Amazon river", "glaciers", "the moon landing", "democracy",
+    "bicycles", "antibiotics", "the Sahara desert", "whales", "artificial intelligence",
+    "chess", "the ancient Egyptians", "the periodic table", "earth's atmosphere",
+    "the Renaissance", "nuclear energy", "the human brain", "wind turbines", "penguins",
+    "the Silk Road", "electricity", "mountains", "the ocean tides", "DNA", "the Vikings",
+    "smartphones", "bread making", "the solar system", "rain", "ants", "the Industrial Revolution",
+    "jazz music", "football", "the Eiffel Tower", "sleep", "exercise", "money", "maps", "clocks",
+]
+qa_forms = [
+    "What is {t}?", "Explain {t} in simple terms.", "Why is {t} important?",
+    "Give me three interesting facts about {t}.", "How does {t} work?",
+    "What should a beginner know about {t}?", "Describe {t} to a ten year old.",
+    "What are the main advantages and disadvantages of {t}?",
+]
+summ_forms = [
+    "Summarize in two sentences what you know about {t}.",
+    "Write a short summary of the history of {t}.",
+    "Give a one-paragraph overview of {t}.",
+    "List the key points about {t} as bullet points.",
+]
+paragraphs = [
+    "Our town opened a new public library last month. It has a large children's section, "
+    "a quiet reading room and free computers. Many families now visit it every weekend.",
+    "The company reported higher sales this year, mostly thanks to its new line of electric "
+    "bicycles. It plans to open two more shops and hire fifty new workers.",
+    "Yesterday a heavy storm hit the coast. Several trees fell, some roads were closed and "
+    "thousands of homes lost power for a few hours. No one was seriously hurt.",
+    "Scientists found that people who walk for thirty minutes a day sleep better and feel "
+    "less stressed. The study followed two thousand adults for one year.",
+    "The school decided to start classes thirty minutes later. Teachers say students are more "
+    "awake, and attendance in the first lesson has improved.",
+    "A small bakery in the old town has become famous for its cinnamon rolls. People queue "
+    "every morning, and the owner now bakes three times as many as last year.",
+    "The city council voted to build new bike lanes on the main streets. Supporters say it "
+    "will make cycling safer, while some shop owners worry about parking.",
+    "A team of volunteers cleaned the river banks on Saturday. They collected more than two "
+    "hundred bags of rubbish, mostly plastic bottles and food packaging.",
+]
+para_forms = ["Summarize this text in one sentence: {p}", "Summarize: {p}",
+              "What is the main idea of the following text? {p}",
+              "Rewrite this text in simpler words: {p}"]
+
+characters = ["a brave little mouse", "an old lighthouse keeper", "a robot who wants to paint",
+              "a young dragon", "a lost puppy", "a curious girl named Mia", "a tired astronaut",
+              "a talking tree", "a clever fox", "a shy ghost", "a baker who loves music",
+              "two best friends", "a knight who is afraid of the dark", "a cat that can fly"]
+settings = ["in a snowy village", "on a distant planet", "at the bottom of the sea",
+            "in a busy city", "in an enchanted forest", "on a pirate ship", "in a small school",
+            "during a thunderstorm"]
+story_forms = ["Write a short story about {c} {s}.", "Tell me a bedtime story about {c} {s}.",
+               "Write a poem about {c} {s}.", "Write the opening paragraph of a story about {c} {s}."]
+misc = ["Write a polite email asking my manager for a day off.",
+        "Give me five tips for studying for an exam.", "Write a shopping list for a week of healthy meals.",
+        "How can I improve my sleep?", "Suggest three names for a new coffee shop.",
+        "Write a thank-you note to a friend who helped me move.", "Plan a one-day trip to the mountains.",
+        "What are some good habits for staying productive?", "Give me a simple recipe for pancakes.",
+        "How do I start running as a beginner?", "Write a short speech for a friend's birthday.",
+        "What are the benefits of drinking water?", "Explain how to change a flat bicycle tyre.",
+        "Write a job advertisement for a part-time librarian.", "Give advice to someone starting university."]
+
+out = []
+for lang, task in itertools.product(langs, code_tasks):
+    for f in random.sample(code_forms, 2):
+        out.append(("code", f.format(lang=lang, task=task)))
+for lang in langs:
+    for f in code_explain:
+        out.append(("code", f.format(lang=lang)))
+for s, lang in itertools.product(sentences, targets):
+    for f in random.sample(trans_forms, 2):
+        out.append(("translate", f.format(lang=lang, s=s)))
+for t in topics:
+    for f in qa_forms:
+        out.append(("qa", f.format(t=t)))
+    for f in summ_forms:
+        out.append(("summarize", f.format(t=t)))
+for p in paragraphs:
+    for f in para_forms:
+        out.append(("summarize", f.format(p=p)))
+for c, s in itertools.product(characters, settings):
+    for f in random.sample(story_forms, 2):
+        out.append(("creative", f.format(c=c, s=s)))
+for m in misc:
+    out.append(("qa", m))
+
+seen, uniq = set(), []
+for cat, p in out:
+    if p not in seen:
+        seen.add(p)
+        uniq.append((cat, p))
+random.shuffle(uniq)
+path = pathlib.Path(__file__).with_name("prompts.jsonl")
+with path.open("w") as f:
+    for cat, p in uniq:
+        f.write(json.dumps({"category": cat, "prompt": p}) + "\n")
+print(f"{len(uniq)} prompts -> {path}")
