@@ -146,6 +146,32 @@ impl MedusaHeads {
         Self::build(config, &mut src, &Native, device)
     }
 
+    /// Heads from named tensors in the native layout (`heads.{h}.blocks.{b}.weight` [D, D]
+    /// as [out, in], `.bias` [D], `heads.{h}.lm_head.weight` [V, D] for the own kind).
+    pub fn from_source(
+        config: HeadsConfig,
+        src: &mut dyn WeightSource,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::build(config, src, &Native, device)
+    }
+
+    /// The native names and shapes of a head set's tensors, in file order.
+    pub fn tensor_names(config: &HeadsConfig) -> Vec<(String, Vec<usize>)> {
+        let (d, v) = (config.hidden_size, config.vocab_size);
+        let mut out = vec![];
+        for h in 0..config.num_heads {
+            for b in 0..config.num_layers {
+                out.push((Native.block_weight(h, b), vec![d, d]));
+                out.push((Native.block_bias(h, b), vec![d]));
+            }
+            if config.kind == HeadKind::Own {
+                out.push((Native.lm_head(h), vec![v, d]));
+            }
+        }
+        out
+    }
+
     fn build(
         config: HeadsConfig,
         src: &mut dyn WeightSource,

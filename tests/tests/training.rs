@@ -1,0 +1,213 @@
+//! Head training on a tiny model: the loss falls, the base is untouched, a resumed run
+//! equals an uninterrupted one, bad data is a clear error, a mismatched head set is refused.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Tensor;
+use toki_model::testing::{tiny_config, write_model_folder};
+use toki_model::tokenizer::Tokenizer;
+use toki_model::weights::SafetensorsWeights;
+use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, Precision};
+use toki_tests::device;
+use toki_train::{Event, HiddenSet, TrainConfig, Trainer, load_documents, pack};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toki-train-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn tiny_model(dir: &Path, config: &LlamaConfig) -> (LlamaModel, Tokenizer) {
+    write_model_folder(dir, config, 7).expect("tiny folder");
+    let mut w = SafetensorsWeights::open(dir).expect("weights");
+    let model = LlamaModel::from_weights(config, &mut w, &device(), Precision::F32).expect("model");
+    (model, Tokenizer::from_dir(dir).expect("tokenizer"))
+}
+
+/// Periodic token text: the token two ahead is a function of the current one.
+fn pattern_file(dir: &Path) -> PathBuf {
+    let path = dir.join("data.jsonl");
+    let lines: Vec<String> = (0..24)
+        .map(|l| {
+            let text: Vec<String> = (0..40)
+                .map(|i| format!("t{}", 5 + (i * 3 + l) % 7))
+                .collect();
+            serde_json::json!({ "text": text.join(" ") }).to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).expect("data file");
+    path
+}
+
+fn hidden(model: &LlamaModel, tok: &Tokenizer, data: &Path) -> HiddenSet {
+    let docs = load_documents(&[data.to_path_buf()], tok).expect("data loads");
+    HiddenSet::compute(model, &pack(&docs, 32, 4), |_, _| {}).expect("hidden states")
+}
+
+fn config(steps: usize) -> TrainConfig {
+    TrainConfig {
+        num_heads: 2,
+        steps,
+        batch: 32,
+        lr: 1e-2,
+        warmup: 3,
+        checkpoint_every: 0,
+        eval_every: 0,
+        eval_rows: 256,
+        seed: 3,
+        ..TrainConfig::default()
+    }
+}
+
+struct Collect(Vec<Vec<f32>>);
+impl ModuleVisitor for Collect {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0
+            .push(param.val().try_into_vec_as().expect("readback"));
+    }
+}
+
+fn weights_of(model: &LlamaModel) -> Vec<Vec<f32>> {
+    let mut c = Collect(vec![]);
+    model.visit(&mut c);
+    c.0
+}
+
+#[test]
+fn loss_falls_and_the_base_stays_bit_identical() {
+    let dir = scratch("falls");
+    let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let data = hidden(&model, &tok, &pattern_file(&dir));
+    let before = weights_of(&model);
+    let mut t = Trainer::new(&model, &data, config(30), 5).expect("trainer");
+    let mut losses = vec![];
+    t.run(&dir.join("out"), &AtomicBool::new(false), |e| {
+        if let Event::Step { loss, .. } = e {
+            losses.push(*loss);
+        }
+    })
+    .expect("training runs");
+    assert_eq!(losses.len(), 30);
+    let first: f32 = losses[..5].iter().sum::<f32>() / 5.0;
+    let last: f32 = losses[25..].iter().sum::<f32>() / 5.0;
+    assert!(
+        last < 0.7 * first,
+        "loss did not fall: {first} -> {last} ({losses:?})"
+    );
+    assert!(
+        weights_of(&model) == before,
+        "base weights changed during training"
+    );
+    // The output folder loads as heads for this base, and they predict the pattern.
+    let heads = MedusaHeads::load(&dir.join("out"), &model).expect("heads load");
+    assert_eq!(heads.num_heads(), 2);
+    let report = t.evaluate().expect("eval");
+    assert!(report.top1[0] > 0.5, "held-out top-1 {:?}", report.top1);
+}
+
+#[test]
+fn a_resumed_run_equals_an_uninterrupted_one() {
+    let dir = scratch("resume");
+    let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let data = hidden(&model, &tok, &pattern_file(&dir));
+    let (full, cut) = (dir.join("full"), dir.join("cut"));
+    let mut a = Trainer::new(&model, &data, config(20), 5).expect("trainer");
+    a.run(&full, &AtomicBool::new(false), |_| {}).expect("run");
+
+    let stop = AtomicBool::new(false);
+    let mut b = Trainer::new(&model, &data, config(20), 5).expect("trainer");
+    b.run(&cut, &stop, |e| {
+        if let Event::Step { step: 7, .. } = e {
+            stop.store(true, Ordering::SeqCst); // as Ctrl-C does
+        }
+    })
+    .expect("interrupted run");
+    assert_eq!(b.step(), 7, "the loop stops at the next step boundary");
+    drop(b);
+    let mut c = Trainer::resume(&model, &data, config(20), 5, &cut).expect("resume");
+    assert_eq!(c.step(), 7);
+    c.run(&cut, &AtomicBool::new(false), |_| {})
+        .expect("resumed run");
+    let bytes = |d: &Path| std::fs::read(d.join("heads.safetensors")).expect("heads file");
+    assert!(
+        bytes(&full) == bytes(&cut),
+        "resumed heads differ from the uninterrupted run"
+    );
+}
+
+#[test]
+fn bad_data_is_an_error_naming_file_and_line() {
+    let dir = scratch("bad");
+    let (_, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let err = |p: &Path| {
+        load_documents(&[p.to_path_buf()], &tok)
+            .expect_err("must fail")
+            .to_string()
+    };
+
+    let missing = dir.join("nope.jsonl");
+    assert!(err(&missing).contains("nope.jsonl"), "{}", err(&missing));
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "\n").expect("write");
+    let e = err(&empty);
+    assert!(e.contains("empty.jsonl") && e.contains("empty"), "{e}");
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "{\"text\": \"t5 t6\"}\n{\"txt\": 3}\n").expect("write");
+    let e = err(&bad);
+    assert!(e.contains("bad.jsonl line 2"), "{e}");
+    let broken = dir.join("broken.jsonl");
+    std::fs::write(&broken, "{\"text\": \"t5\"}\n{\"text\": \n").expect("write");
+    assert!(
+        err(&broken).contains("broken.jsonl line 2"),
+        "{}",
+        err(&broken)
+    );
+}
+
+#[test]
+fn chat_data_takes_loss_on_assistant_tokens_only() {
+    let dir = scratch("chat");
+    let (_, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let path = dir.join("chat.jsonl");
+    let line = serde_json::json!({"messages": [
+        {"role": "user", "content": "t5 t6"}, {"role": "assistant", "content": "t7 t8"}]});
+    std::fs::write(&path, line.to_string()).expect("write");
+    let docs = load_documents(&[path], &tok).expect("loads");
+    // Rendered: t2 t5 t6 t3 | t2 t7 t8 t3; the prompt with its generation marker is 5 tokens.
+    assert_eq!(docs[0].tokens, vec![2, 5, 6, 3, 2, 7, 8, 3]);
+    assert_eq!(
+        docs[0].target,
+        vec![false, false, false, false, false, true, true, true]
+    );
+}
+
+#[test]
+fn heads_for_another_hidden_size_are_refused() {
+    let dir = scratch("mismatch");
+    let (model, tok) = tiny_model(&dir.join("a"), &tiny_config(24, 2, true));
+    let mut wide = tiny_config(24, 2, true);
+    wide.hidden_size = 48;
+    wide.head_dim = 12;
+    let (other, _) = tiny_model(&dir.join("b"), &wide);
+    let data_file = pattern_file(&dir);
+    // Hidden states of the 48-wide model cannot train heads for the 32-wide one.
+    let wide_data = hidden(&other, &tok, &data_file);
+    let e = Trainer::new(&model, &wide_data, config(2), 5)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("hidden size"), "{e}");
+    // Nor can a 32-wide checkpoint be resumed on the 48-wide model.
+    let data = hidden(&model, &tok, &data_file);
+    let out = dir.join("out");
+    Trainer::new(&model, &data, config(2), 5)
+        .expect("trainer")
+        .run(&out, &AtomicBool::new(false), |_| {})
+        .expect("run");
+    let e = Trainer::resume(&other, &wide_data, config(4), 5, &out)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("hidden size"), "{e}");
+}

@@ -1,0 +1,167 @@
+//! The frozen base's final hidden states of the training sequences, computed once with no
+//! autodiff (the base forward dominates training cost on a CPU) and kept in host memory;
+//! optionally cached in a safetensors file so later runs (more epochs, a resume) skip it.
+
+use std::path::Path;
+
+use burn::tensor::{Int, Tensor, TensorData};
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use toki_model::{AttnMask, LlamaModel, RopeTables};
+
+use crate::data::Sequence;
+use crate::error::{Result, TrainError};
+
+/// Hidden states [N, D] of N tokens laid end to end, sequence by sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HiddenSet {
+    pub hidden_size: usize,
+    /// [N * D], row r = the hidden state at token r (after the final norm).
+    pub hidden: Vec<f32>,
+    pub tokens: Vec<u32>,
+    pub target: Vec<bool>,
+    /// Start offset of each sequence, then N.
+    pub starts: Vec<usize>,
+}
+
+impl HiddenSet {
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+    pub fn num_sequences(&self) -> usize {
+        self.starts.len().saturating_sub(1)
+    }
+
+    /// Run the base over every sequence. `on_sequence(done, total)` reports progress.
+    pub fn compute(
+        base: &LlamaModel,
+        seqs: &[Sequence],
+        mut on_sequence: impl FnMut(usize, usize),
+    ) -> Result<Self> {
+        let d = base.config().hidden_size;
+        let longest = seqs.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
+        if longest > base.config().max_position_embeddings {
+            return Err(TrainError::Config(format!(
+                "sequences of {longest} tokens exceed the model's {} positions",
+                base.config().max_position_embeddings
+            )));
+        }
+        let device = base.device();
+        let rope = RopeTables::new(base.config(), longest.max(1), &device);
+        let mut set = HiddenSet {
+            hidden_size: d,
+            hidden: Vec::with_capacity(seqs.iter().map(|s| s.tokens.len()).sum::<usize>() * d),
+            tokens: vec![],
+            target: vec![],
+            starts: vec![0],
+        };
+        for (i, s) in seqs.iter().enumerate() {
+            let t = s.tokens.len();
+            let ids: Vec<i64> = s.tokens.iter().map(|&x| x as i64).collect();
+            let pos: Vec<i64> = (0..t as i64).collect();
+            let mut cache = base.new_cache(t);
+            let h = base.forward(
+                Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), &device),
+                Tensor::<1, Int>::from_data(TensorData::new(pos, [t]), &device),
+                &AttnMask::Causal,
+                &mut cache,
+                &rope,
+            ); // [t, D]
+            let h: Vec<f32> = h
+                .cast(burn::tensor::DType::F32)
+                .try_into_vec_as()
+                .map_err(TrainError::device)?;
+            set.hidden.extend_from_slice(&h);
+            set.tokens.extend_from_slice(&s.tokens);
+            set.target.extend_from_slice(&s.target);
+            set.starts.push(set.tokens.len());
+            on_sequence(i + 1, seqs.len());
+        }
+        Ok(set)
+    }
+
+    /// Write to `path` (temp file + rename), tagged with `key` (what it was computed from).
+    pub fn save(&self, path: &Path, key: &str) -> Result<()> {
+        let bytes_f32: Vec<u8> = self.hidden.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes_tok: Vec<u8> = self.tokens.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes_tgt: Vec<u8> = self.target.iter().map(|&x| x as u8).collect();
+        let bytes_st: Vec<u8> = self
+            .starts
+            .iter()
+            .flat_map(|&x| (x as u64).to_le_bytes())
+            .collect();
+        let n = self.len();
+        let err = |e: safetensors::SafeTensorError| TrainError::Checkpoint {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        };
+        let views = vec![
+            (
+                "hidden",
+                TensorView::new(Dtype::F32, vec![n, self.hidden_size], &bytes_f32).map_err(err)?,
+            ),
+            (
+                "tokens",
+                TensorView::new(Dtype::U32, vec![n], &bytes_tok).map_err(err)?,
+            ),
+            (
+                "target",
+                TensorView::new(Dtype::U8, vec![n], &bytes_tgt).map_err(err)?,
+            ),
+            (
+                "starts",
+                TensorView::new(Dtype::U64, vec![self.starts.len()], &bytes_st).map_err(err)?,
+            ),
+        ];
+        let meta = std::collections::HashMap::from([("key".to_string(), key.to_string())]);
+        let tmp = path.with_extension("tmp");
+        safetensors::serialize_to_file(views, Some(meta), &tmp).map_err(err)?;
+        std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
+    }
+
+    /// Read a cache written by [`HiddenSet::save`]; `None` when it is absent or was
+    /// computed from something else (another `key`).
+    pub fn load(path: &Path, key: &str) -> Result<Option<Self>> {
+        let Ok(bytes) = std::fs::read(path) else {
+            return Ok(None);
+        };
+        let err = |msg: String| TrainError::Checkpoint {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| err(e.to_string()))?;
+        if meta.metadata().as_ref().and_then(|m| m.get("key")) != Some(&key.to_string()) {
+            return Ok(None);
+        }
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| err(e.to_string()))?;
+        let get = |name: &str| st.tensor(name).map_err(|e| err(format!("{name}: {e}")));
+        let hidden_view = get("hidden")?;
+        let hidden_size = *hidden_view
+            .shape()
+            .get(1)
+            .ok_or_else(|| err("hidden is not 2-D".into()))?;
+        let words = |b: &[u8], w: usize| b.chunks_exact(w).map(|c| c.to_vec()).collect::<Vec<_>>();
+        let hidden = words(hidden_view.data(), 4)
+            .iter()
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let tokens = words(get("tokens")?.data(), 4)
+            .iter()
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let target = get("target")?.data().iter().map(|&b| b != 0).collect();
+        let starts = words(get("starts")?.data(), 8)
+            .iter()
+            .map(|c| u64::from_le_bytes(c[..8].try_into().unwrap_or([0; 8])) as usize)
+            .collect();
+        Ok(Some(HiddenSet {
+            hidden_size,
+            hidden,
+            tokens,
+            target,
+            starts,
+        }))
+    }
+}

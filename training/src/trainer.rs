@@ -1,0 +1,554 @@
+//! The training loop over cached hidden states.
+//!
+//! Loss of one micro-batch of rows (positions t with hidden state h_t):
+//! `Σ_k λ_k · CE(head_k(h_t), token[t + k + 2])`, k = 0..K, λ_k = `head_decay`^k, each CE a
+//! mean over the rows whose target exists and is a target token. Gradients flow into the
+//! heads' residual blocks (and their own lm_heads for the `own` kind); the base's lm_head
+//! is a constant in the graph. Rows are visited in a seeded permutation per epoch, so the
+//! rows of update n depend on n alone: a resumed run repeats an uninterrupted one exactly.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::tensor::activation::{log_softmax, silu};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+use toki_model::weights::WeightSource;
+use toki_model::{HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError};
+
+use crate::checkpoint;
+use crate::error::{Result, TrainError};
+use crate::hidden::HiddenSet;
+use crate::optim::{AdamW, clip_global_norm, learning_rate};
+
+/// Everything that shapes a training run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub num_heads: usize,
+    pub num_layers: usize,
+    pub kind: HeadKind,
+    /// Optimizer updates.
+    pub steps: usize,
+    /// Rows (positions) per micro-batch.
+    pub batch: usize,
+    /// Micro-batches per update (gradient accumulation).
+    pub accum: usize,
+    pub lr: f32,
+    pub warmup: usize,
+    /// The cosine schedule ends at `lr * lr_floor`.
+    pub lr_floor: f32,
+    pub weight_decay: f32,
+    /// Global gradient-norm bound (0 = none).
+    pub max_grad_norm: f32,
+    /// λ_k = head_decay^k.
+    pub head_decay: f32,
+    pub seed: u64,
+    /// Save a checkpoint every this many updates (0 = only at the end).
+    pub checkpoint_every: usize,
+    /// Held-out metrics every this many updates (0 = only at the end).
+    pub eval_every: usize,
+    /// Most held-out rows an evaluation reads.
+    pub eval_rows: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            num_heads: 4,
+            num_layers: 1,
+            kind: HeadKind::Shared,
+            steps: 1000,
+            batch: 64,
+            accum: 1,
+            lr: 1e-3,
+            warmup: 50,
+            lr_floor: 0.1,
+            weight_decay: 0.0,
+            max_grad_norm: 1.0,
+            head_decay: 0.8,
+            seed: 0,
+            checkpoint_every: 100,
+            eval_every: 200,
+            eval_rows: 2048,
+        }
+    }
+}
+
+/// Held-out metrics per head.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalReport {
+    pub step: usize,
+    pub rows: usize,
+    pub top1: Vec<f64>,
+    pub top5: Vec<f64>,
+    pub loss: Vec<f64>,
+}
+
+/// What the loop reports as it goes.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Step {
+        step: usize,
+        total: usize,
+        loss: f32,
+        head_loss: Vec<f32>,
+        lr: f32,
+        grad_norm: f32,
+    },
+    Eval(EvalReport),
+    Checkpoint {
+        step: usize,
+        dir: PathBuf,
+    },
+}
+
+/// A training row: the position whose hidden state is read, and its sequence's end.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    at: u32,
+    end: u32,
+}
+
+pub struct Trainer<'a> {
+    base: &'a LlamaModel,
+    data: &'a HiddenSet,
+    pub config: TrainConfig,
+    heads: HeadsConfig,
+    names: Vec<(String, Vec<usize>)>,
+    pub(crate) params: Vec<Vec<f32>>,
+    pub(crate) opt: AdamW,
+    /// Updates done.
+    pub(crate) step: usize,
+    train_rows: Vec<Row>,
+    held_rows: Vec<Row>,
+    perm: Option<(usize, Vec<u32>)>,
+}
+
+impl<'a> Trainer<'a> {
+    /// A fresh run: zero residual blocks, own lm_heads copied from the base's.
+    /// Sequences whose index is `held_out_every - 1` modulo `held_out_every` are held out.
+    pub fn new(
+        base: &'a LlamaModel,
+        data: &'a HiddenSet,
+        config: TrainConfig,
+        held_out_every: usize,
+    ) -> Result<Self> {
+        let c = base.config();
+        if data.hidden_size != c.hidden_size {
+            return Err(ModelError::HeadsMismatch {
+                what: "hidden size",
+                heads: data.hidden_size,
+                base: c.hidden_size,
+            }
+            .into());
+        }
+        if config.num_heads == 0 || config.num_layers == 0 || config.batch == 0 || config.accum == 0
+        {
+            return Err(TrainError::Config(
+                "heads, layers, batch and accumulation must all be at least 1".into(),
+            ));
+        }
+        let heads = HeadsConfig {
+            base_model: c.model_type.clone(),
+            ..HeadsConfig::for_model(config.kind, config.num_heads, config.num_layers, c)
+        };
+        let names = MedusaHeads::tensor_names(&heads);
+        let lm_rows = lm_head_rows(base)?; // [V * D] as [V, D], only for the own kind
+        let params = names
+            .iter()
+            .map(|(n, s)| {
+                if n.ends_with("lm_head.weight") {
+                    lm_rows.clone()
+                } else {
+                    vec![0.0; s.iter().product()]
+                }
+            })
+            .collect();
+        let sizes: Vec<usize> = names.iter().map(|(_, s)| s.iter().product()).collect();
+        let (train_rows, held_rows) = rows(data, held_out_every);
+        if train_rows.is_empty() {
+            return Err(TrainError::Config(
+                "no training rows: the data needs sequences of at least 3 tokens with targets"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            base,
+            data,
+            opt: AdamW::new(&sizes, config.weight_decay),
+            config,
+            heads,
+            names,
+            params,
+            step: 0,
+            train_rows,
+            held_rows,
+            perm: None,
+        })
+    }
+
+    /// Continue the run saved in `dir` (see [`crate::checkpoint`]).
+    pub fn resume(
+        base: &'a LlamaModel,
+        data: &'a HiddenSet,
+        config: TrainConfig,
+        held_out_every: usize,
+        dir: &Path,
+    ) -> Result<Self> {
+        let mut t = Self::new(base, data, config, held_out_every)?;
+        checkpoint::restore(&mut t, dir)?;
+        Ok(t)
+    }
+
+    pub fn device(&self) -> Device {
+        self.base.device()
+    }
+    pub fn step(&self) -> usize {
+        self.step
+    }
+    pub fn heads_config(&self) -> &HeadsConfig {
+        &self.heads
+    }
+    pub(crate) fn names(&self) -> &[(String, Vec<usize>)] {
+        &self.names
+    }
+    pub fn train_rows(&self) -> usize {
+        self.train_rows.len()
+    }
+    pub fn held_out_rows(&self) -> usize {
+        self.held_rows.len()
+    }
+
+    /// The heads as they stand, ready for decoding.
+    pub fn heads(&self, device: &Device) -> Result<MedusaHeads> {
+        let mut src = HostSource { t: self };
+        Ok(MedusaHeads::from_source(
+            self.heads.clone(),
+            &mut src,
+            device,
+        )?)
+    }
+
+    /// Train to `config.steps`, checkpointing into `out`. When `stop` turns true the loop
+    /// saves a checkpoint and returns early.
+    pub fn run(
+        &mut self,
+        out: &Path,
+        stop: &AtomicBool,
+        mut on_event: impl FnMut(&Event),
+    ) -> Result<()> {
+        let total = self.config.steps;
+        while self.step < total {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let (loss, head_loss, lr, grad_norm) = self.update()?;
+            on_event(&Event::Step {
+                step: self.step,
+                total,
+                loss,
+                head_loss,
+                lr,
+                grad_norm,
+            });
+            let every = |n: usize| n > 0 && self.step % n == 0 && self.step < total;
+            if every(self.config.eval_every) {
+                let report = self.evaluate()?;
+                checkpoint::append_metrics(out, &report)?;
+                on_event(&Event::Eval(report));
+            }
+            if every(self.config.checkpoint_every) {
+                checkpoint::save(self, out)?;
+                on_event(&Event::Checkpoint {
+                    step: self.step,
+                    dir: out.to_path_buf(),
+                });
+            }
+        }
+        if self.step >= total {
+            let report = self.evaluate()?;
+            checkpoint::append_metrics(out, &report)?;
+            on_event(&Event::Eval(report));
+        }
+        checkpoint::save(self, out)?;
+        on_event(&Event::Checkpoint {
+            step: self.step,
+            dir: out.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    /// One optimizer update: `accum` micro-batches, averaged, clipped, AdamW.
+    fn update(&mut self) -> Result<(f32, Vec<f32>, f32, f32)> {
+        let accum = self.config.accum;
+        let mut grads: Vec<Vec<f32>> = self.params.iter().map(|p| vec![0.0; p.len()]).collect();
+        let mut loss = 0.0;
+        let mut head_loss = vec![0.0; self.config.num_heads];
+        for a in 0..accum {
+            let rows = self.micro_batch_rows(self.step * accum + a);
+            let (l, hl, g) = self.loss_and_grads(&rows)?;
+            loss += l / accum as f32;
+            head_loss
+                .iter_mut()
+                .zip(&hl)
+                .for_each(|(x, y)| *x += y / accum as f32);
+            for (acc, g) in grads.iter_mut().zip(g) {
+                acc.iter_mut()
+                    .zip(g)
+                    .for_each(|(x, y)| *x += y / accum as f32);
+            }
+        }
+        let grad_norm = clip_global_norm(&mut grads, self.config.max_grad_norm);
+        let c = &self.config;
+        let lr = learning_rate(self.step, c.steps, c.warmup, c.lr, c.lr_floor);
+        let decay: Vec<bool> = self
+            .names
+            .iter()
+            .map(|(n, _)| n.ends_with("weight"))
+            .collect();
+        self.opt.step(&mut self.params, &grads, &decay, lr);
+        self.step += 1;
+        Ok((loss, head_loss, lr, grad_norm))
+    }
+
+    /// Rows of micro-batch `m`: positions m*B..(m+1)*B of the endless sequence of epoch
+    /// permutations.
+    fn micro_batch_rows(&mut self, m: usize) -> Vec<Row> {
+        let n = self.train_rows.len();
+        let b = self.config.batch;
+        (m * b..(m + 1) * b)
+            .map(|p| {
+                let epoch = p / n;
+                if self.perm.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                    self.perm = Some((epoch, permutation(n, self.config.seed, epoch)));
+                }
+                let perm = &self.perm.as_ref().map(|(_, v)| v).expect("set above");
+                self.train_rows[perm[p % n] as usize]
+            })
+            .collect()
+    }
+
+    /// Hidden states [B, D] and, per head, targets [K * B] and weights [K * B] (1 where the
+    /// target exists), plus the count of targets per head.
+    fn batch(&self, rows: &[Row]) -> (Vec<f32>, Vec<i64>, Vec<f32>, Vec<f32>) {
+        let d = self.data.hidden_size;
+        let k = self.config.num_heads;
+        let mut x = Vec::with_capacity(rows.len() * d);
+        let mut targets = vec![0i64; k * rows.len()];
+        let mut weights = vec![0f32; k * rows.len()];
+        let mut counts = vec![0f32; k];
+        for (i, r) in rows.iter().enumerate() {
+            let at = r.at as usize;
+            x.extend_from_slice(&self.data.hidden[at * d..(at + 1) * d]);
+            for h in 0..k {
+                let j = at + h + 2;
+                if j < r.end as usize && self.data.target[j] {
+                    targets[h * rows.len() + i] = self.data.tokens[j] as i64;
+                    weights[h * rows.len() + i] = 1.0;
+                    counts[h] += 1.0;
+                }
+            }
+        }
+        (x, targets, weights, counts)
+    }
+
+    /// Weighted loss, per-head losses and the gradient of every parameter.
+    fn loss_and_grads(&self, rows: &[Row]) -> Result<(f32, Vec<f32>, Vec<Vec<f32>>)> {
+        let ad = self.base.device().autodiff();
+        let (b, d, k) = (rows.len(), self.data.hidden_size, self.config.num_heads);
+        let (x, targets, weights, counts) = self.batch(rows);
+        let params: Vec<Tensor<2>> = self
+            .params
+            .iter()
+            .zip(&self.names)
+            .map(|(p, (_, shape))| {
+                let shape2 = [shape[0], shape.get(1).copied().unwrap_or(1)];
+                Tensor::<2>::from_data(TensorData::new(p.clone(), shape2), &ad).require_grad()
+            })
+            .collect();
+        let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &ad); // [B, D]
+        let lm = self.base.lm_head().weight.val().cast(DType::F32).autodiff(); // [D, V]
+        let logits = head_logits(&params, &self.heads, x, &lm); // [K*B, V]
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [k * b]), &ad);
+        let picked = log_softmax(logits, 1)
+            .gather(1, targets.reshape([k * b, 1]))
+            .reshape([k, b]); // log p(target), [K, B]
+        let weights = Tensor::<2>::from_data(TensorData::new(weights, [k, b]), &ad);
+        let scale: Vec<f32> = (0..k)
+            .map(|h| self.config.head_decay.powi(h as i32) / counts[h].max(1.0))
+            .collect();
+        let per_head = (picked * weights).sum_dim(1).neg().reshape([k]); // Σ NLL, [K]
+        let mean_nll = per_head * Tensor::<1>::from_data(TensorData::new(scale, [k]), &ad);
+        let loss = mean_nll.clone().sum();
+        let grads = loss.backward();
+        let head_loss: Vec<f32> = mean_nll.try_into_vec_as().map_err(TrainError::device)?;
+        let loss_value: f32 = head_loss.iter().sum();
+        let head_loss = head_loss
+            .iter()
+            .enumerate()
+            .map(|(h, &l)| l / self.config.head_decay.powi(h as i32))
+            .collect();
+        let g = params
+            .iter()
+            .map(|p| match p.grad(&grads) {
+                Some(g) => g.try_into_vec_as::<f32>().map_err(TrainError::device),
+                None => Ok(vec![0.0; p.dims().iter().product()]),
+            })
+            .collect::<Result<_>>()?;
+        Ok((loss_value, head_loss, g))
+    }
+
+    /// Per-head top-1 / top-5 accuracy and loss on the held-out rows, through the same
+    /// head forward decoding uses.
+    pub fn evaluate(&self) -> Result<EvalReport> {
+        let device = self.base.device();
+        let heads = self.heads(&device)?;
+        let k = self.config.num_heads;
+        let (mut hit1, mut hit5, mut nll, mut n) =
+            (vec![0f64; k], vec![0f64; k], vec![0f64; k], vec![0f64; k]);
+        let rows: Vec<Row> = self
+            .held_rows
+            .iter()
+            .take(self.config.eval_rows)
+            .copied()
+            .collect();
+        let d = self.data.hidden_size;
+        for chunk in rows.chunks(self.config.batch.max(16)) {
+            let b = chunk.len();
+            let (x, targets, weights, _) = self.batch(chunk);
+            let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &device);
+            for (h, logits) in heads.forward(x, self.base).into_iter().enumerate() {
+                let t: Vec<i64> = targets[h * b..(h + 1) * b].to_vec();
+                let t =
+                    Tensor::<1, Int>::from_data(TensorData::new(t, [b]), &device).reshape([b, 1]);
+                let target_logit = logits.clone().gather(1, t.clone()); // [B, 1]
+                // rank = how many tokens score strictly above the target
+                let rank: Vec<i64> = (logits.clone() - target_logit)
+                    .greater_elem(0.0)
+                    .int()
+                    .sum_dim(1)
+                    .try_into_vec_as()
+                    .map_err(TrainError::device)?;
+                let lp: Vec<f32> = log_softmax(logits, 1)
+                    .gather(1, t)
+                    .try_into_vec_as()
+                    .map_err(TrainError::device)?;
+                for i in 0..b {
+                    if weights[h * b + i] > 0.0 {
+                        n[h] += 1.0;
+                        hit1[h] += (rank[i] == 0) as u8 as f64;
+                        hit5[h] += (rank[i] < 5) as u8 as f64;
+                        nll[h] -= lp[i] as f64;
+                    }
+                }
+            }
+        }
+        let div = |v: Vec<f64>| v.iter().zip(&n).map(|(x, c)| x / c.max(1.0)).collect();
+        Ok(EvalReport {
+            step: self.step,
+            rows: rows.len(),
+            top1: div(hit1),
+            top5: div(hit5),
+            loss: div(nll),
+        })
+    }
+}
+
+/// Logits [K * B, V] of every head (head-major) for hidden states x [B, D]. `params` in
+/// [`MedusaHeads::tensor_names`] order; `lm` the base lm_head [D, V] (the shared kind).
+fn head_logits(params: &[Tensor<2>], cfg: &HeadsConfig, x: Tensor<2>, lm: &Tensor<2>) -> Tensor<2> {
+    let per_head = 2 * cfg.num_layers + usize::from(cfg.kind == HeadKind::Own);
+    let d = cfg.hidden_size;
+    let outs: Vec<Tensor<2>> = params
+        .chunks(per_head)
+        .map(|p| {
+            let h = p[..2 * cfg.num_layers].chunks(2).fold(x.clone(), |h, wb| {
+                // W [out, in], bias stored as [D, 1]
+                let z = h.clone().matmul(wb[0].clone().transpose()) + wb[1].clone().reshape([1, d]);
+                h + silu(z)
+            }); // [B, D]
+            match cfg.kind {
+                HeadKind::Shared => h,
+                HeadKind::Own => h.matmul(p[2 * cfg.num_layers].clone().transpose()), // [B, V]
+            }
+        })
+        .collect();
+    let cat = Tensor::cat(outs, 0);
+    match cfg.kind {
+        HeadKind::Shared => cat.matmul(lm.clone()),
+        HeadKind::Own => cat,
+    }
+}
+
+/// The base lm_head as [V, D] rows (the own kind starts from it).
+fn lm_head_rows(base: &LlamaModel) -> Result<Vec<f32>> {
+    let w = base.lm_head().weight.val().cast(DType::F32); // [D, V]
+    w.transpose().try_into_vec_as().map_err(TrainError::device)
+}
+
+/// Rows of train and held-out sequences that have at least the first head's target.
+fn rows(data: &HiddenSet, held_out_every: usize) -> (Vec<Row>, Vec<Row>) {
+    let (mut train, mut held) = (vec![], vec![]);
+    for s in 0..data.num_sequences() {
+        let (start, end) = (data.starts[s], data.starts[s + 1]);
+        let held_out = held_out_every > 0 && s % held_out_every == held_out_every - 1;
+        for at in start..end.saturating_sub(2) {
+            if data.target[at + 2] {
+                let row = Row {
+                    at: at as u32,
+                    end: end as u32,
+                };
+                if held_out {
+                    held.push(row)
+                } else {
+                    train.push(row)
+                }
+            }
+        }
+    }
+    (train, held)
+}
+
+/// A seeded Fisher-Yates permutation of 0..n for one epoch.
+fn permutation(n: usize, seed: u64, epoch: usize) -> Vec<u32> {
+    let mut state = seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut v: Vec<u32> = (0..n as u32).collect();
+    for i in (1..n).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
+/// The trainer's parameters as a weight source for [`MedusaHeads::from_source`].
+struct HostSource<'t, 'a> {
+    t: &'t Trainer<'a>,
+}
+
+impl WeightSource for HostSource<'_, '_> {
+    fn tensor(&mut self, name: &str, shape: &[usize]) -> toki_model::Result<Vec<f32>> {
+        let i = self
+            .t
+            .names
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| ModelError::Heads {
+                path: Default::default(),
+                msg: format!("no trained tensor {name} {shape:?}"),
+            })?;
+        Ok(self.t.params[i].clone())
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.t.names.iter().any(|(n, _)| n == name)
+    }
+    fn finish(&self, _: &dyn Fn(&str) -> bool) -> toki_model::Result<()> {
+        Ok(())
+    }
+}
