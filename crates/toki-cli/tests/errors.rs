@@ -141,3 +141,73 @@ fn bad_tree_and_bad_heads() {
     );
     assert!(ok, "{err}");
 }
+
+#[test]
+fn acceptance_mode_must_fit_the_temperature() {
+    let dir = tmp("accept");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let (ok, err) = generate(&dir, &["--prompt", "t5", "--acceptance", "typical"]);
+    assert_one_line_error(ok, &err, "--temperature > 0");
+    let (ok, err) = generate(
+        &dir,
+        &[
+            "--prompt",
+            "t5",
+            "--temperature",
+            "0.7",
+            "--acceptance",
+            "greedy",
+        ],
+    );
+    assert_one_line_error(ok, &err, "--temperature 0");
+    let (ok, err) = generate(
+        &dir,
+        &[
+            "--prompt",
+            "t5",
+            "--temperature",
+            "0.7",
+            "--acceptance",
+            "typical",
+            "--max-new-tokens",
+            "4",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+}
+
+/// `toki train` on bad data: one line naming the file and line; an existing run is not
+/// overwritten without --resume.
+#[test]
+fn train_errors_name_the_file() {
+    let dir = tmp("train");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let data = dir.join("data.jsonl");
+    std::fs::write(&data, "{\"text\": \"t5 t6 t7 t8\"}\nnot json\n").unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_toki"))
+            .args(["train", "--backend", "cpu", "--model"])
+            .arg(&dir)
+            .arg("--data")
+            .arg(&data)
+            .arg("--out")
+            .arg(dir.join("heads"))
+            .args(extra)
+            .output()
+            .expect("toki runs");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!err.contains("panicked"), "panic: {err}");
+        (out.status.success(), err)
+    };
+    let (ok, err) = run(&["--steps", "2"]);
+    assert_one_line_error(ok, &err, "data.jsonl line 2");
+    std::fs::write(&data, "{\"text\": \"t5 t6 t7 t8 t9 t10 t11 t12\"}\n").unwrap();
+    let (ok, err) = run(&["--steps", "2", "--heads", "2", "--batch", "4"]);
+    assert!(ok, "{err}");
+    let (ok, err) = run(&["--steps", "2", "--heads", "2"]);
+    assert_one_line_error(ok, &err, "--resume");
+    let (ok, err) = run(&["--steps", "4", "--heads", "2", "--batch", "4", "--resume"]);
+    assert!(ok, "{err}");
+    assert!(dir.join("heads/heads.json").exists());
+}

@@ -6,12 +6,13 @@ use std::time::Instant;
 use burn::tensor::Tensor;
 use toki_model::AttnMask;
 
+use crate::acceptance::AcceptRule;
 use crate::engine::{Emitted, Engine};
 use crate::error::{DecodeError, Result};
 use crate::proposer::{StepInput, propose};
 use crate::request::{FinishReason, Output, Request, Stats};
 use crate::sampling::{Rng, Sampling, draw, filtered_probs};
-use crate::verifier::verify_greedy;
+use crate::verifier::{Verdict, verify_greedy, verify_sampled};
 
 /// Next-token choice for every row of `logits` [R, vocab], read back in one transfer.
 pub(crate) fn pick(logits: Tensor<2>, sampling: &Sampling, rng: &mut Rng) -> Result<Vec<u32>> {
@@ -135,15 +136,41 @@ impl<'a> Progress<'a> {
     }
 }
 
+/// Verify one step: greedy (accept what the base's arg-max agrees with) or sampled (`rule`
+/// walks the tree on the base's filtered distributions), from the tree's logits [N, vocab].
+fn verify(
+    logits: Tensor<2>,
+    buffers: &crate::tree::TreeBuffers,
+    tokens: &[u32],
+    sampling: &Sampling,
+    rule: &dyn AcceptRule,
+    rng: &mut Rng,
+) -> Result<Verdict> {
+    match sampling {
+        Sampling::Greedy => Ok(verify_greedy(
+            buffers,
+            tokens,
+            &pick(logits, sampling, rng)?,
+        )),
+        Sampling::Sample(p) => {
+            let [_, vocab] = logits.dims();
+            let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
+            let dist = |i: usize| filtered_probs(&flat[i * vocab..(i + 1) * vocab], p);
+            Ok(verify_sampled(buffers, tokens, dist, rule, rng))
+        }
+    }
+}
+
 /// One loop for plain and speculative decoding. Each step: the heads fill the tree from the
 /// last accepted hidden state, with the base's own next token at the root; one base pass
-/// verifies every node; the longest path the base agrees with is kept (cache compacted to
-/// it) and the base's token after it is emitted too. Without heads the tree is the root
-/// alone, which is plain decoding.
+/// verifies every node; the path the verifier accepts is kept (cache compacted to it) and
+/// the base's token after it is emitted too. Without heads the tree is the root alone,
+/// which is plain decoding.
 pub(crate) fn run(
     engine: &Engine,
     prompt_ids: Vec<u32>,
     request: &Request,
+    rule: &dyn AcceptRule,
     mut on_tokens: impl FnMut(Emitted<'_>) -> ControlFlow<()>,
 ) -> Result<Output> {
     let model = &engine.model;
@@ -157,11 +184,7 @@ pub(crate) fn run(
     if request.max_new_tokens == 0 {
         return progress.finish(prompt_ids, FinishReason::MaxTokens, stats);
     }
-    // Speculation is greedy-only for now: sampling runs the root-only tree (plain sampling).
-    let spec = match (&engine.speculation, request.sampling) {
-        (Some(s), Sampling::Greedy) => Some(s),
-        _ => None,
-    };
+    let spec = engine.speculation.as_ref();
     let tree_len = spec.map_or(1, |s| s.tree.len());
     let capacity = (n + request.max_new_tokens + tree_len).min(engine.context);
     let mut cache = model.new_cache(capacity);
@@ -223,8 +246,8 @@ pub(crate) fn run(
             &mut cache,
             &engine.rope,
         ); // [N, D]
-        let base = pick(model.logits(hidden.clone()), &request.sampling, &mut rng)?;
-        let verdict = verify_greedy(buffers, &tokens, &base);
+        let logits = model.logits(hidden.clone()); // [N, vocab]
+        let verdict = verify(logits, buffers, &tokens, &request.sampling, rule, &mut rng)?;
         cache.compact(tokens.len(), &verdict.accepted);
         let last = *verdict.accepted.last().unwrap_or(&0);
         last_hidden = hidden.slice([last..last + 1]);

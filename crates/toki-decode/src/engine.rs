@@ -9,6 +9,7 @@ use toki_model::tokenizer::Tokenizer;
 use toki_model::weights::SafetensorsWeights;
 use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision, RopeTables};
 
+use crate::acceptance::{AcceptRule, Acceptance, Lossless, Typical};
 use crate::error::{DecodeError, Result};
 use crate::proposer::Proposer;
 use crate::request::{Output, Prompt, Request};
@@ -216,8 +217,24 @@ impl Engine {
         request: &Request,
         on_tokens: impl FnMut(Emitted<'_>) -> ControlFlow<()>,
     ) -> Result<Output> {
+        match request.acceptance {
+            Acceptance::Lossless => self.generate_with_rule(request, &Lossless, on_tokens),
+            Acceptance::Typical { epsilon, delta } => {
+                self.generate_with_rule(request, &Typical { epsilon, delta }, on_tokens)
+            }
+        }
+    }
+
+    /// Run a request with any acceptance rule for sampled proposals (`request.acceptance`
+    /// is ignored). Tests use it to show that a wrong rule is caught.
+    pub fn generate_with_rule(
+        &self,
+        request: &Request,
+        rule: &dyn AcceptRule,
+        on_tokens: impl FnMut(Emitted<'_>) -> ControlFlow<()>,
+    ) -> Result<Output> {
         let prompt_ids = self.encode_prompt(&request.prompt)?;
-        crate::driver::run(self, prompt_ids, request, on_tokens)
+        crate::driver::run(self, prompt_ids, request, rule, on_tokens)
     }
 
     pub(crate) fn device(&self) -> Device {

@@ -13,6 +13,7 @@
 //! # Ok::<(), toki_decode::DecodeError>(())
 //! ```
 
+pub mod acceptance;
 pub mod batch;
 pub mod driver;
 pub mod engine;
@@ -23,6 +24,7 @@ pub mod sampling;
 pub mod tree;
 pub mod verifier;
 
+pub use acceptance::{AcceptRule, Acceptance};
 pub use engine::{Emitted, Engine, EngineOptions, Speculation};
 pub use error::{DecodeError, Result};
 pub use request::{FinishReason, Output, Prompt, Request, Stats};

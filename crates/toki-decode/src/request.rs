@@ -3,6 +3,7 @@
 use serde::Serialize;
 use toki_model::tokenizer::Message;
 
+use crate::acceptance::Acceptance;
 use crate::sampling::Sampling;
 
 /// The prompt: raw text, a chat (rendered with the model's template, generation prompt
@@ -24,6 +25,9 @@ pub struct Request {
     /// Generation ends once the text contains one of these (the text is cut before it).
     pub stop_strings: Vec<String>,
     pub sampling: Sampling,
+    /// How sampled tree proposals are accepted (greedy decoding ignores it: a proposal is
+    /// accepted iff it is the base's arg-max).
+    pub acceptance: Acceptance,
 }
 
 impl Request {
@@ -35,6 +39,7 @@ impl Request {
             stop_tokens: vec![],
             stop_strings: vec![],
             sampling: Sampling::Greedy,
+            acceptance: Acceptance::Lossless,
         }
     }
 }

@@ -218,8 +218,13 @@ impl Tree {
             .iter()
             .map(|&v| if v { 0.0 } else { f32::NEG_INFINITY })
             .collect();
+        let mut children = vec![vec![]; n];
+        for node in 1..n {
+            children[self.parent[node]].push(node);
+        }
         TreeBuffers {
             mask: Tensor::from_data(TensorData::new(bias, [n, n]), device),
+            children,
             visible,
             depths: (0..n).map(|i| self.node_depth(i)).collect(),
             retrieve,
@@ -239,6 +244,8 @@ pub struct TreeBuffers {
     pub depths: Vec<usize>,
     /// For each root-to-leaf candidate path, its node indices from the root.
     pub retrieve: Vec<Vec<usize>>,
+    /// Children of each node, in rank order (node order).
+    pub children: Vec<Vec<usize>>,
 }
 
 #[cfg(test)]

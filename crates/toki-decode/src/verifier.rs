@@ -1,6 +1,8 @@
 //! The verifier: given the base model's choice at every tree node, keep the longest
 //! candidate path the base would have produced itself.
 
+use crate::acceptance::{AcceptRule, Choice, Dist};
+use crate::sampling::{Rng, draw};
 use crate::tree::TreeBuffers;
 
 /// The outcome of one verification.
@@ -30,6 +32,37 @@ pub fn verify_greedy(buffers: &TreeBuffers, tokens: &[u32], base: &[u32]) -> Ver
     Verdict {
         accepted: best.to_vec(),
         bonus: base[last],
+    }
+}
+
+/// Sampled verification. From the root, `rule` decides at each node which child (if any)
+/// continues the path, given `dist(i)`, the base's distribution for the token after node i
+/// (computed only for the nodes the walk reaches). The walk ends when a node's children are
+/// all rejected (or it has none): the token after it is drawn from what the rule leaves.
+pub fn verify_sampled(
+    buffers: &TreeBuffers,
+    tokens: &[u32],
+    mut dist: impl FnMut(usize) -> Dist,
+    rule: &dyn AcceptRule,
+    rng: &mut Rng,
+) -> Verdict {
+    let mut node = 0;
+    let mut accepted = vec![0];
+    loop {
+        let kids = &buffers.children[node];
+        let kid_tokens: Vec<u32> = kids.iter().map(|&c| tokens[c]).collect();
+        match rule.choose(&dist(node), &kid_tokens, rng) {
+            Choice::Accept(i) => {
+                node = kids[i];
+                accepted.push(node);
+            }
+            Choice::Reject(rest) => {
+                return Verdict {
+                    accepted,
+                    bonus: draw(&rest, rng) as u32,
+                };
+            }
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
-use toki_decode::{Engine, EngineOptions, Prompt, Request, Sampling};
+use toki_decode::{Acceptance, Engine, EngineOptions, Prompt, Request, Sampling};
 use toki_decode::{Tree, TreePreset};
 use toki_model::tokenizer::Message;
 use toki_model::{MedusaHeads, Precision};
@@ -18,6 +18,55 @@ pub enum PrecisionArg {
     F32,
     F16,
     Bf16,
+}
+
+/// How sampled tree proposals are accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AcceptanceArg {
+    /// Accept iff the base's arg-max agrees (temperature 0).
+    Greedy,
+    /// Recursive rejection sampling: exactly the distribution of plain sampling.
+    Lossless,
+    /// Medusa's typical acceptance: faster, NOT distribution-preserving.
+    Typical,
+}
+
+/// The acceptance settings shared by `generate` and `bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AcceptanceArgs {
+    /// greedy (default at temperature 0) | lossless (default when sampling) | typical.
+    #[arg(long, value_enum)]
+    pub acceptance: Option<AcceptanceArg>,
+    /// Typical acceptance: hard threshold epsilon.
+    #[arg(long, default_value_t = 0.09)]
+    pub typical_epsilon: f64,
+    /// Typical acceptance: entropy factor delta (threshold min(epsilon, delta * exp(-H))).
+    #[arg(long, default_value_t = 0.3)]
+    pub typical_delta: f64,
+}
+
+impl AcceptanceArgs {
+    /// The request's acceptance for `sampling`; a mode that does not fit it is an error.
+    pub fn resolve(&self, sampling: &Sampling) -> Result<Acceptance> {
+        let greedy = matches!(sampling, Sampling::Greedy);
+        match (self.acceptance, greedy) {
+            (None | Some(AcceptanceArg::Greedy), true) => Ok(Acceptance::Lossless),
+            (Some(_), true) => bail!("--acceptance lossless|typical needs --temperature > 0"),
+            (Some(AcceptanceArg::Greedy), false) => {
+                bail!("--acceptance greedy needs --temperature 0")
+            }
+            (None | Some(AcceptanceArg::Lossless), false) => Ok(Acceptance::Lossless),
+            (Some(AcceptanceArg::Typical), false) => {
+                if !(self.typical_epsilon > 0.0 && self.typical_delta > 0.0) {
+                    bail!("--typical-epsilon and --typical-delta must be > 0");
+                }
+                Ok(Acceptance::Typical {
+                    epsilon: self.typical_epsilon,
+                    delta: self.typical_delta,
+                })
+            }
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -57,6 +106,8 @@ pub struct Args {
     /// Candidate tree: a JSON file of paths, or a preset (chain-N, small, medium, medusa-63).
     #[arg(long, default_value = "small")]
     tree: String,
+    #[command(flatten)]
+    acceptance: AcceptanceArgs,
     /// Print one JSON object (prompt_ids, output_ids, text, stats) instead of streaming.
     #[arg(long)]
     json: bool,
@@ -67,6 +118,7 @@ pub fn run(a: Args) -> Result<()> {
         bail!("the prompt is empty");
     }
     let sampling = Sampling::from_settings(a.temperature, a.top_k, a.top_p, a.seed)?;
+    let acceptance = a.acceptance.resolve(&sampling)?;
     let device = backend::device(a.backend)?;
     let precision = match a.precision {
         PrecisionArg::F32 => Precision::F32,
@@ -101,6 +153,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let request = Request {
         sampling,
+        acceptance,
         ..Request::greedy(prompt, a.max_new_tokens)
     };
     if a.json {
