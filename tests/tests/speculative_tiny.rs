@@ -1,7 +1,7 @@
 //! Golden equivalence on tiny random models: speculative greedy == plain greedy, token for
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
-use toki_decode::{Prompt, Request, Tree, TreePreset};
+use toki_decode::{Adapt, Prompt, Request, Tree, TreePreset};
 use toki_model::{HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
 
@@ -29,7 +29,10 @@ fn speculative_equals_plain_on_tiny_models() {
     ] {
         let plain_engine = tiny_engine(seed, kv, tied);
         let p = prompt(seed, 9, 64);
-        let req = Request::greedy(Prompt::Ids(p.clone()), 40);
+        let req = Request {
+            adapt: Adapt::Off,
+            ..Request::greedy(Prompt::Ids(p.clone()), 40)
+        };
         let plain = plain_engine.generate(&req).unwrap();
         assert_eq!(plain.output_ids.len(), 40);
         let mut reference = p.clone();
@@ -69,6 +72,16 @@ fn speculative_equals_plain_on_tiny_models() {
                     spec.output_ids.len()
                 );
                 accepted_somewhere |= spec.stats.accept_lengths.iter().any(|&a| a > 1);
+                // The adaptive policy mixes plain and tree steps by measured speed: the
+                // tokens are the same whatever it picks.
+                let adaptive = Request {
+                    adapt: Adapt::On,
+                    ..req.clone()
+                };
+                assert_eq!(
+                    engine.generate(&adaptive).unwrap().output_ids,
+                    plain.output_ids
+                );
                 checked += 1;
             }
         }
@@ -87,7 +100,10 @@ fn perfect_oracle_reaches_depth_plus_one_tokens_per_step() {
     for depth in 1..=4 {
         // 1 token from the prefill, then 10 full steps.
         let n = 1 + 10 * (depth + 1);
-        let req = Request::greedy(Prompt::Ids(p.clone()), n);
+        let req = Request {
+            adapt: Adapt::Off,
+            ..Request::greedy(Prompt::Ids(p.clone()), n)
+        };
         let plain = plain_engine.generate(&req).unwrap();
         let mut reference = p.clone();
         reference.extend(&plain.output_ids);
@@ -118,7 +134,10 @@ fn context_end_falls_back_to_plain_steps() {
     // The context leaves no room for the full tree near the end: still identical.
     let mk = || tiny_engine(5, 2, false);
     let p = prompt(5, 20, 64);
-    let req = Request::greedy(Prompt::Ids(p.clone()), 1000);
+    let req = Request {
+        adapt: Adapt::Off,
+        ..Request::greedy(Prompt::Ids(p.clone()), 1000)
+    };
     let small = |e: toki_decode::Engine| {
         toki_decode::Engine::from_parts(
             toki_model::LlamaModel::from_weights(

@@ -7,6 +7,7 @@ use burn::tensor::Tensor;
 use toki_model::AttnMask;
 
 use crate::acceptance::AcceptRule;
+use crate::adapt::{Policy, StepKind};
 use crate::engine::{Emitted, Engine};
 use crate::error::{DecodeError, Result};
 use crate::proposer::{StepInput, propose};
@@ -209,14 +210,19 @@ pub(crate) fn run(
     let t1 = Instant::now();
     let mut history = prompt_ids.clone();
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
+    let mut policy = Policy::new(request.adapt);
     while reason.is_none() {
         let prefix = cache.len();
         if prefix + 1 > capacity {
             reason = Some(FinishReason::ContextFull);
             break;
         }
-        // Near the end of the context a full tree may not fit: fall back to the root alone.
-        let step_spec = spec.filter(|s| prefix + s.tree.len() <= capacity);
+        let step_start = Instant::now();
+        // The policy may choose a plain step; near the end of the context a full tree may
+        // not fit: the root alone then.
+        let step_spec = spec.filter(|s| {
+            policy.next() == StepKind::Speculative && prefix + s.tree.len() <= capacity
+        });
         let (tokens, mask, buffers) = match step_spec {
             Some(s) => {
                 // Append only what the last steps added (prompt + generated so far).
@@ -260,12 +266,20 @@ pub(crate) fn run(
         let mut emitted: Vec<u32> = verdict.accepted[1..].iter().map(|&i| tokens[i]).collect();
         emitted.push(root);
         stats.steps += 1;
+        let kind = match step_spec {
+            Some(_) => {
+                stats.speculative_steps += 1;
+                StepKind::Speculative
+            }
+            None => StepKind::Plain,
+        };
+        policy.observe(kind, step_start.elapsed().as_secs_f64(), emitted.len());
         reason = progress.push(&emitted, true, &mut on_tokens)?;
     }
     stats.decode_ms = t1.elapsed().as_secs_f64() * 1e3;
     stats.head_acceptance = accepted_per_head
         .iter()
-        .map(|&a| a as f64 / stats.steps.max(1) as f64)
+        .map(|&a| a as f64 / stats.speculative_steps.max(1) as f64)
         .collect();
     progress.finish(prompt_ids, reason.unwrap_or(FinishReason::MaxTokens), stats)
 }

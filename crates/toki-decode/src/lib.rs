@@ -14,6 +14,7 @@
 //! ```
 
 pub mod acceptance;
+pub mod adapt;
 pub mod batch;
 pub mod driver;
 pub mod engine;
@@ -25,6 +26,7 @@ pub mod tree;
 pub mod verifier;
 
 pub use acceptance::{AcceptRule, Acceptance};
+pub use adapt::Adapt;
 pub use engine::{Emitted, Engine, EngineOptions, Speculation};
 pub use error::{DecodeError, Result};
 pub use request::{FinishReason, Output, Prompt, Request, Stats};

@@ -4,6 +4,7 @@ use serde::Serialize;
 use toki_model::tokenizer::Message;
 
 use crate::acceptance::Acceptance;
+use crate::adapt::Adapt;
 use crate::sampling::Sampling;
 
 /// The prompt: raw text, a chat (rendered with the model's template, generation prompt
@@ -28,6 +29,8 @@ pub struct Request {
     /// How sampled tree proposals are accepted (greedy decoding ignores it: a proposal is
     /// accepted iff it is the base's arg-max).
     pub acceptance: Acceptance,
+    /// Whether decoding may fall back to plain steps where speculation does not pay.
+    pub adapt: Adapt,
 }
 
 impl Request {
@@ -40,6 +43,7 @@ impl Request {
             stop_strings: vec![],
             sampling: Sampling::Greedy,
             acceptance: Acceptance::Lossless,
+            adapt: Adapt::On,
         }
     }
 }
@@ -69,11 +73,14 @@ pub struct Stats {
     pub tokens_per_s: f64,
     /// Base-model forward passes after the prefill.
     pub steps: usize,
+    /// Of those, the ones that verified a tree (the rest were plain steps the adaptive
+    /// policy chose, or that the context end forced).
+    pub speculative_steps: usize,
     /// Tokens produced by each step (1 for plain decoding).
     pub accept_lengths: Vec<usize>,
     /// Mean of `accept_lengths`: τ, tokens per base-model pass.
     pub mean_accepted: f64,
-    /// Per head k: the fraction of steps in which head k's proposal was accepted.
+    /// Per head k: the fraction of speculative steps in which head k's proposal was accepted.
     pub head_acceptance: Vec<f64>,
 }
 

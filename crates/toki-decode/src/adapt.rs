@@ -1,0 +1,161 @@
+//! Never slower than plain decoding: an online policy that decides, step by step, whether
+//! to speculate with the full tree or to decode plainly.
+//!
+//! It measures what it decides on, on this hardware and this request: the wall time of a
+//! plain step `t_p`, of a speculative step `t_s`, and the tokens a speculative step yields
+//! `τ` (moving averages). Speculation pays when `τ / t_s > 1 / t_p`. When it does not, the
+//! policy decodes plainly for a back-off period (doubling while speculation keeps failing,
+//! up to a cap), then probes the tree again; when it pays, the back-off resets. Greedy and
+//! lossless outputs do not depend on the choice: both kinds of step emit the base's tokens.
+
+/// Whether a request may switch speculation off when it does not pay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Adapt {
+    /// The policy below (default).
+    #[default]
+    On,
+    /// Always the full tree (benchmarks of the raw tree, `--no-adapt`).
+    Off,
+}
+
+/// Which kind of step to run next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    Plain,
+    Speculative,
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    adapt: Adapt,
+    /// Moving averages (None until observed).
+    plain_s: Option<f64>,
+    spec_s: Option<f64>,
+    tau: Option<f64>,
+    /// Plain steps left before the next probe.
+    plain_left: usize,
+    backoff: usize,
+    /// Speculative steps left in the current probe.
+    probe_left: usize,
+}
+
+const ALPHA: f64 = 0.25;
+const FIRST_BACKOFF: usize = 8;
+const MAX_BACKOFF: usize = 128;
+const PROBE: usize = 4;
+/// Plain steps run first to time one (the first decode step also warms caches).
+const PLAIN_WARMUP: usize = 2;
+
+fn ema(old: Option<f64>, x: f64) -> Option<f64> {
+    Some(old.map_or(x, |o| (1.0 - ALPHA) * o + ALPHA * x))
+}
+
+impl Policy {
+    pub fn new(adapt: Adapt) -> Self {
+        Self {
+            adapt,
+            plain_s: None,
+            spec_s: None,
+            tau: None,
+            plain_left: if adapt == Adapt::On { PLAIN_WARMUP } else { 0 },
+            backoff: FIRST_BACKOFF,
+            probe_left: PROBE,
+        }
+    }
+
+    pub fn next(&self) -> StepKind {
+        if self.adapt == Adapt::Off || self.plain_left == 0 {
+            StepKind::Speculative
+        } else {
+            StepKind::Plain
+        }
+    }
+
+    /// Speculation's expected speed relative to plain decoding, once both were timed.
+    pub fn ratio(&self) -> Option<f64> {
+        match (self.plain_s, self.spec_s, self.tau) {
+            (Some(p), Some(s), Some(t)) if s > 0.0 => Some(t * p / s),
+            _ => None,
+        }
+    }
+
+    /// Record a finished step: its kind, wall time and tokens emitted.
+    pub fn observe(&mut self, kind: StepKind, seconds: f64, tokens: usize) {
+        match kind {
+            StepKind::Plain => {
+                self.plain_s = ema(self.plain_s, seconds);
+                self.plain_left = self.plain_left.saturating_sub(1);
+                if self.plain_left == 0 {
+                    self.probe_left = PROBE;
+                }
+            }
+            StepKind::Speculative => {
+                self.spec_s = ema(self.spec_s, seconds);
+                self.tau = ema(self.tau, tokens as f64);
+                self.probe_left = self.probe_left.saturating_sub(1);
+                if self.adapt == Adapt::Off || self.probe_left > 0 {
+                    return;
+                }
+                match self.ratio() {
+                    Some(r) if r < 1.0 => {
+                        self.plain_left = self.backoff;
+                        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                    }
+                    _ => {
+                        self.backoff = FIRST_BACKOFF;
+                        self.probe_left = PROBE;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drive(policy: &mut Policy, steps: usize, plain_s: f64, spec_s: f64, tau: usize) -> usize {
+        let mut spec = 0;
+        for _ in 0..steps {
+            match policy.next() {
+                StepKind::Plain => policy.observe(StepKind::Plain, plain_s, 1),
+                StepKind::Speculative => {
+                    spec += 1;
+                    policy.observe(StepKind::Speculative, spec_s, tau)
+                }
+            }
+        }
+        spec
+    }
+
+    #[test]
+    fn keeps_speculating_when_it_pays() {
+        let mut p = Policy::new(Adapt::On);
+        let spec = drive(&mut p, 100, 1.0, 1.5, 3);
+        assert_eq!(spec, 100 - PLAIN_WARMUP);
+        assert!(p.ratio().unwrap() > 1.9);
+    }
+
+    #[test]
+    fn backs_off_when_it_does_not_and_probes_less_often() {
+        let mut p = Policy::new(Adapt::On);
+        let spec = drive(&mut p, 400, 1.0, 2.0, 1);
+        // Probes of 4 steps between back-offs of 8, 16, 32, 64, 128, 128: few spec steps.
+        assert!(spec <= 4 * 6, "{spec} speculative steps");
+    }
+
+    #[test]
+    fn comes_back_when_speculation_starts_paying() {
+        let mut p = Policy::new(Adapt::On);
+        drive(&mut p, 40, 1.0, 2.0, 1); // backing off
+        let spec = drive(&mut p, 400, 1.0, 1.2, 4); // now it pays: after the next probe, always
+        assert!(spec > 250, "{spec}");
+    }
+
+    #[test]
+    fn off_always_speculates() {
+        let mut p = Policy::new(Adapt::Off);
+        assert_eq!(drive(&mut p, 50, 1.0, 5.0, 1), 50);
+    }
+}
