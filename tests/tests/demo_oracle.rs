@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde_json::Value;
-use toki_decode::{Adapt, Engine, EngineOptions, Prompt, Request, Tree, TreePreset};
+use toki_decode::{Engine, EngineOptions, Prompt, Request, Tree, TreePolicy, TreePreset};
 use toki_model::tokenizer::Message;
 use toki_model::{AttnMask, HeadKind, HeadsConfig, MedusaHeads};
 
@@ -178,7 +178,7 @@ fn speculative_equals_plain_on_the_demo_model() {
     let mut accepted = 0;
     for (i, case) in cases(&o).iter().enumerate() {
         let req = Request {
-            adapt: Adapt::Off,
+            tree_policy: TreePolicy::Always,
             ..Request::greedy(prompt_of(case), 128)
         };
         let a = plain.generate(&req).unwrap();

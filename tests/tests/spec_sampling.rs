@@ -12,7 +12,7 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use toki_decode::acceptance::{AcceptRule, Choice, Dist, prob};
 use toki_decode::sampling::{Rng, SampleParams, filtered_probs};
-use toki_decode::{Acceptance, Adapt, Engine, Prompt, Request, Sampling, Tree, TreePreset};
+use toki_decode::{Acceptance, Engine, Prompt, Request, Sampling, Tree, TreePolicy, TreePreset};
 use toki_model::testing::tiny_config;
 use toki_model::weights::RandomWeights;
 use toki_model::{AttnMask, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, Precision, RopeTables};
@@ -90,7 +90,7 @@ fn counts(engine: &Engine, p: &SampleParams, rule: Option<&dyn AcceptRule>) -> (
     for seed in 0..SAMPLES {
         let req = Request {
             sampling: Sampling::Sample(SampleParams { seed, ..*p }),
-            adapt: Adapt::Off,
+            tree_policy: TreePolicy::Always,
             ..Request::greedy(Prompt::Ids(PROMPT.to_vec()), 3)
         };
         let out = match rule {
@@ -242,7 +242,7 @@ fn seeded_sampling_repeats_exactly_plain_and_speculative() {
                     ..params(0.9, 0, 1.0)
                 }),
                 acceptance,
-                adapt: Adapt::Off,
+                tree_policy: TreePolicy::Always,
                 ..Request::greedy(Prompt::Ids(PROMPT.to_vec()), 24)
             };
             let a = e.generate(&req(7)).expect("run").output_ids;

@@ -1,7 +1,7 @@
 //! Golden equivalence on tiny random models: speculative greedy == plain greedy, token for
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
-use toki_decode::{Adapt, Prompt, Request, Tree, TreePreset};
+use toki_decode::{Prompt, Request, Tree, TreePolicy, TreePreset};
 use toki_model::{HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
 
@@ -30,7 +30,7 @@ fn speculative_equals_plain_on_tiny_models() {
         let plain_engine = tiny_engine(seed, kv, tied);
         let p = prompt(seed, 9, 64);
         let req = Request {
-            adapt: Adapt::Off,
+            tree_policy: TreePolicy::Always,
             ..Request::greedy(Prompt::Ids(p.clone()), 40)
         };
         let plain = plain_engine.generate(&req).unwrap();
@@ -75,7 +75,7 @@ fn speculative_equals_plain_on_tiny_models() {
                 // The adaptive policy mixes plain and tree steps by measured speed: the
                 // tokens are the same whatever it picks.
                 let adaptive = Request {
-                    adapt: Adapt::On,
+                    tree_policy: TreePolicy::Adaptive,
                     ..req.clone()
                 };
                 assert_eq!(
@@ -101,7 +101,7 @@ fn perfect_oracle_reaches_depth_plus_one_tokens_per_step() {
         // 1 token from the prefill, then 10 full steps.
         let n = 1 + 10 * (depth + 1);
         let req = Request {
-            adapt: Adapt::Off,
+            tree_policy: TreePolicy::Always,
             ..Request::greedy(Prompt::Ids(p.clone()), n)
         };
         let plain = plain_engine.generate(&req).unwrap();
@@ -135,7 +135,7 @@ fn context_end_falls_back_to_plain_steps() {
     let mk = || tiny_engine(5, 2, false);
     let p = prompt(5, 20, 64);
     let req = Request {
-        adapt: Adapt::Off,
+        tree_policy: TreePolicy::Always,
         ..Request::greedy(Prompt::Ids(p.clone()), 1000)
     };
     let small = |e: toki_decode::Engine| {

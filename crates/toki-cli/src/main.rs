@@ -26,6 +26,10 @@ enum Command {
     Distill(cmd::distill::Args),
     /// Train Medusa heads on a frozen base model.
     Train(cmd::train::Args),
+    /// Plain vs speculative decoding side by side, by prompt category.
+    Bench(cmd::bench::Args),
+    /// Measure verification cost and head acceptance here; write the best tree.
+    Calibrate(cmd::calibrate::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +46,8 @@ fn main() -> std::process::ExitCode {
         Command::Generate(a) => cmd::generate::run(a),
         Command::Distill(a) => cmd::distill::run(a),
         Command::Train(a) => cmd::train::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+        Command::Calibrate(a) => cmd::calibrate::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

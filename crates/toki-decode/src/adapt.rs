@@ -8,14 +8,16 @@
 //! up to a cap), then probes the tree again; when it pays, the back-off resets. Greedy and
 //! lossless outputs do not depend on the choice: both kinds of step emit the base's tokens.
 
-/// Whether a request may switch speculation off when it does not pay.
+/// When a request with heads verifies a tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Adapt {
-    /// The policy below (default).
+pub enum TreePolicy {
+    /// The policy below (default): the tree where it pays, plain steps where it does not.
     #[default]
-    On,
-    /// Always the full tree (benchmarks of the raw tree, `--no-adapt`).
-    Off,
+    Adaptive,
+    /// The full tree every step (`--no-adapt`; tests of the raw tree).
+    Always,
+    /// Plain decoding even though heads are loaded (the baseline in `toki bench`).
+    Never,
 }
 
 /// Which kind of step to run next.
@@ -27,7 +29,7 @@ pub enum StepKind {
 
 #[derive(Debug, Clone)]
 pub struct Policy {
-    adapt: Adapt,
+    policy: TreePolicy,
     /// Moving averages (None until observed).
     plain_s: Option<f64>,
     spec_s: Option<f64>,
@@ -51,23 +53,28 @@ fn ema(old: Option<f64>, x: f64) -> Option<f64> {
 }
 
 impl Policy {
-    pub fn new(adapt: Adapt) -> Self {
+    pub fn new(policy: TreePolicy) -> Self {
         Self {
-            adapt,
+            policy,
             plain_s: None,
             spec_s: None,
             tau: None,
-            plain_left: if adapt == Adapt::On { PLAIN_WARMUP } else { 0 },
+            plain_left: if policy == TreePolicy::Adaptive {
+                PLAIN_WARMUP
+            } else {
+                0
+            },
             backoff: FIRST_BACKOFF,
             probe_left: PROBE,
         }
     }
 
     pub fn next(&self) -> StepKind {
-        if self.adapt == Adapt::Off || self.plain_left == 0 {
-            StepKind::Speculative
-        } else {
-            StepKind::Plain
+        match self.policy {
+            TreePolicy::Never => StepKind::Plain,
+            TreePolicy::Always => StepKind::Speculative,
+            TreePolicy::Adaptive if self.plain_left == 0 => StepKind::Speculative,
+            TreePolicy::Adaptive => StepKind::Plain,
         }
     }
 
@@ -93,7 +100,7 @@ impl Policy {
                 self.spec_s = ema(self.spec_s, seconds);
                 self.tau = ema(self.tau, tokens as f64);
                 self.probe_left = self.probe_left.saturating_sub(1);
-                if self.adapt == Adapt::Off || self.probe_left > 0 {
+                if self.policy != TreePolicy::Adaptive || self.probe_left > 0 {
                     return;
                 }
                 match self.ratio() {
@@ -131,7 +138,7 @@ mod tests {
 
     #[test]
     fn keeps_speculating_when_it_pays() {
-        let mut p = Policy::new(Adapt::On);
+        let mut p = Policy::new(TreePolicy::Adaptive);
         let spec = drive(&mut p, 100, 1.0, 1.5, 3);
         assert_eq!(spec, 100 - PLAIN_WARMUP);
         assert!(p.ratio().unwrap() > 1.9);
@@ -139,7 +146,7 @@ mod tests {
 
     #[test]
     fn backs_off_when_it_does_not_and_probes_less_often() {
-        let mut p = Policy::new(Adapt::On);
+        let mut p = Policy::new(TreePolicy::Adaptive);
         let spec = drive(&mut p, 400, 1.0, 2.0, 1);
         // Probes of 4 steps between back-offs of 8, 16, 32, 64, 128, 128: few spec steps.
         assert!(spec <= 4 * 6, "{spec} speculative steps");
@@ -147,15 +154,17 @@ mod tests {
 
     #[test]
     fn comes_back_when_speculation_starts_paying() {
-        let mut p = Policy::new(Adapt::On);
+        let mut p = Policy::new(TreePolicy::Adaptive);
         drive(&mut p, 40, 1.0, 2.0, 1); // backing off
         let spec = drive(&mut p, 400, 1.0, 1.2, 4); // now it pays: after the next probe, always
         assert!(spec > 250, "{spec}");
     }
 
     #[test]
-    fn off_always_speculates() {
-        let mut p = Policy::new(Adapt::Off);
+    fn always_and_never_do_not_adapt() {
+        let mut p = Policy::new(TreePolicy::Always);
         assert_eq!(drive(&mut p, 50, 1.0, 5.0, 1), 50);
+        let mut p = Policy::new(TreePolicy::Never);
+        assert_eq!(drive(&mut p, 50, 1.0, 0.1, 9), 0);
     }
 }

@@ -210,7 +210,7 @@ pub(crate) fn run(
     let t1 = Instant::now();
     let mut history = prompt_ids.clone();
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
-    let mut policy = Policy::new(request.adapt);
+    let mut policy = Policy::new(request.tree_policy);
     while reason.is_none() {
         let prefix = cache.len();
         if prefix + 1 > capacity {

@@ -26,7 +26,7 @@ pub mod tree;
 pub mod verifier;
 
 pub use acceptance::{AcceptRule, Acceptance};
-pub use adapt::Adapt;
+pub use adapt::TreePolicy;
 pub use engine::{Emitted, Engine, EngineOptions, Speculation};
 pub use error::{DecodeError, Result};
 pub use request::{FinishReason, Output, Prompt, Request, Stats};

@@ -4,7 +4,7 @@ use serde::Serialize;
 use toki_model::tokenizer::Message;
 
 use crate::acceptance::Acceptance;
-use crate::adapt::Adapt;
+use crate::adapt::TreePolicy;
 use crate::sampling::Sampling;
 
 /// The prompt: raw text, a chat (rendered with the model's template, generation prompt
@@ -30,7 +30,7 @@ pub struct Request {
     /// accepted iff it is the base's arg-max).
     pub acceptance: Acceptance,
     /// Whether decoding may fall back to plain steps where speculation does not pay.
-    pub adapt: Adapt,
+    pub tree_policy: TreePolicy,
 }
 
 impl Request {
@@ -43,7 +43,7 @@ impl Request {
             stop_strings: vec![],
             sampling: Sampling::Greedy,
             acceptance: Acceptance::Lossless,
-            adapt: Adapt::On,
+            tree_policy: TreePolicy::Adaptive,
         }
     }
 }

@@ -137,12 +137,18 @@ impl Tree {
         })
     }
 
-    /// Paths from a JSON file (a list of lists of ranks).
+    /// Paths from a JSON file: a list of lists of ranks, or an object whose `paths` is one
+    /// (what `toki calibrate` writes, with its measurements beside it).
     pub fn from_file(path: &Path, num_heads: usize, max_rank: usize) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| DecodeError::Tree(format!("{}: {e}", path.display())))?;
-        let paths: Vec<Vec<usize>> = serde_json::from_str(&text)
-            .map_err(|e| DecodeError::Tree(format!("{}: {e}", path.display())))?;
+        let err = |e: serde_json::Error| DecodeError::Tree(format!("{}: {e}", path.display()));
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(err)?;
+        let v = match v {
+            serde_json::Value::Object(mut o) => o.remove("paths").unwrap_or_default(),
+            other => other,
+        };
+        let paths: Vec<Vec<usize>> = serde_json::from_value(v).map_err(err)?;
         Self::from_paths(&paths, num_heads, max_rank)
     }
 

@@ -1,3 +1,6 @@
+pub mod bench;
+pub mod bench_report;
+pub mod calibrate;
 pub mod convert_gguf;
 pub mod distill;
 pub mod generate;

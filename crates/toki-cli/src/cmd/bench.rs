@@ -1,0 +1,301 @@
+//! `toki bench`: plain vs speculative decoding, side by side in one process, by category.
+//!
+//! For every prompt, after one warm-up pair: plain, speculative, plain, speculative, …
+//! (`--repeat` pairs). Greedy outputs must be identical (a mismatch is reported with its
+//! prompt and makes the command fail). Reported per category and overall: τ (tokens per
+//! base pass of the speculative runs), tokens/s of each, speedup (median, min, max over
+//! prompts) and per-head acceptance.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use serde_json::json;
+use toki_decode::{Engine, EngineOptions, Output, Prompt, Request, Sampling, TreePolicy};
+use toki_model::MedusaHeads;
+use toki_model::tokenizer::Message;
+
+use super::bench_report;
+use super::generate::{AcceptanceArgs, load_tree};
+use crate::backend::{self, Backend};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    model: PathBuf,
+    /// Medusa heads folder.
+    #[arg(long)]
+    heads: PathBuf,
+    /// JSONL: {"category": "...", "prompt": "...", "chat": true} per line.
+    #[arg(long)]
+    prompts: PathBuf,
+    /// Candidate tree: a preset, a JSON file (e.g. from `toki calibrate`), or `auto`
+    /// (calibrate on the first prompts now).
+    #[arg(long, default_value = "small")]
+    tree: String,
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    backend: Backend,
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    /// Plain/speculative pairs per prompt (after one warm-up pair).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// At most this many prompts per category (0 = all).
+    #[arg(long, default_value_t = 0)]
+    per_category: usize,
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    acceptance: AcceptanceArgs,
+    /// Verify the full tree every step (no fallback to plain steps).
+    #[arg(long)]
+    no_adapt: bool,
+    /// Print one JSON object on the last line of stdout.
+    #[arg(long)]
+    json: bool,
+    /// Write report.md and speedup.svg into this folder.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchPrompt {
+    pub category: String,
+    pub prompt: String,
+    pub chat: bool,
+}
+
+pub fn read_prompts(path: &std::path::Path) -> Result<Vec<BenchPrompt>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = vec![];
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{} line {}: not JSON", path.display(), i + 1))?;
+        let field = |k: &str| v.get(k).and_then(|x| x.as_str()).map(String::from);
+        let (Some(category), Some(prompt)) = (field("category"), field("prompt")) else {
+            bail!(
+                "{} line {}: expected {{\"category\": ..., \"prompt\": ...}}",
+                path.display(),
+                i + 1
+            );
+        };
+        let chat = v.get("chat").and_then(|x| x.as_bool()).unwrap_or(true);
+        out.push(BenchPrompt {
+            category,
+            prompt,
+            chat,
+        });
+    }
+    if out.is_empty() {
+        bail!("{} holds no prompts", path.display());
+    }
+    Ok(out)
+}
+
+/// One prompt's side-by-side result.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptResult {
+    pub category: String,
+    pub prompt: String,
+    pub plain_tokens_per_s: f64,
+    pub spec_tokens_per_s: f64,
+    pub speedup: f64,
+    pub tau: f64,
+    pub head_acceptance: Vec<f64>,
+    pub tokens: usize,
+    pub identical: bool,
+}
+
+/// Aggregates of a group of prompts.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub prompts: usize,
+    pub tau: f64,
+    pub plain_tokens_per_s: f64,
+    pub spec_tokens_per_s: f64,
+    pub speedup_median: f64,
+    pub speedup_min: f64,
+    pub speedup_max: f64,
+    pub head_acceptance: Vec<f64>,
+}
+
+pub fn summarize(rs: &[&PromptResult]) -> Summary {
+    let mean = |f: &dyn Fn(&PromptResult) -> f64| {
+        rs.iter().map(|r| f(r)).sum::<f64>() / rs.len().max(1) as f64
+    };
+    let mut s: Vec<f64> = rs.iter().map(|r| r.speedup).collect();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let median = match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => 0.5 * (s[n / 2 - 1] + s[n / 2]),
+    };
+    let heads = rs
+        .iter()
+        .map(|r| r.head_acceptance.len())
+        .max()
+        .unwrap_or(0);
+    Summary {
+        prompts: rs.len(),
+        tau: mean(&|r| r.tau),
+        plain_tokens_per_s: mean(&|r| r.plain_tokens_per_s),
+        spec_tokens_per_s: mean(&|r| r.spec_tokens_per_s),
+        speedup_median: median,
+        speedup_min: s.first().copied().unwrap_or(0.0),
+        speedup_max: s.last().copied().unwrap_or(0.0),
+        head_acceptance: (0..heads)
+            .map(|k| mean(&|r| r.head_acceptance.get(k).copied().unwrap_or(0.0)))
+            .collect(),
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let sampling = Sampling::from_settings(a.temperature, a.top_k, a.top_p, a.seed)?;
+    let acceptance = a.acceptance.resolve(&sampling)?;
+    let mut prompts = read_prompts(&a.prompts)?;
+    if a.per_category > 0 {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        prompts.retain(|p| {
+            let n = seen.entry(p.category.clone()).or_default();
+            *n += 1;
+            *n <= a.per_category
+        });
+    }
+    let device = backend::device(a.backend)?;
+    let engine = Engine::load(&a.model, &device, &EngineOptions::default())
+        .with_context(|| format!("loading {}", a.model.display()))?;
+    let heads = MedusaHeads::load(&a.heads, engine.model())
+        .with_context(|| format!("loading heads {}", a.heads.display()))?;
+    let tree = if a.tree == "auto" {
+        let calib: Vec<Prompt> = prompts.iter().take(8).map(to_prompt).collect();
+        super::calibrate::auto_tree(&engine, &heads, &calib, a.max_new_tokens.min(64))?.tree
+    } else {
+        load_tree(&a.tree, heads.num_heads())?
+    };
+    tracing::info!("tree of {} nodes, depth {}", tree.len(), tree.depth());
+    let engine = engine.with_heads(heads, tree)?;
+    let spec_policy = if a.no_adapt {
+        TreePolicy::Always
+    } else {
+        TreePolicy::Adaptive
+    };
+    let request = |p: &BenchPrompt, policy| Request {
+        sampling,
+        acceptance,
+        tree_policy: policy,
+        ..Request::greedy(to_prompt(p), a.max_new_tokens)
+    };
+
+    let bar = ProgressBar::new(prompts.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} prompts eta {eta} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    // Warm-up pair.
+    engine.generate(&request(&prompts[0], TreePolicy::Never))?;
+    engine.generate(&request(&prompts[0], spec_policy))?;
+    let mut results = vec![];
+    for p in &prompts {
+        let (mut plain_tps, mut spec_tps, mut tau, mut identical) = (0.0, 0.0, 0.0, true);
+        let mut heads_acc: Vec<f64> = vec![];
+        let mut tokens = 0;
+        for _ in 0..a.repeat.max(1) {
+            let plain = engine.generate(&request(p, TreePolicy::Never))?;
+            let spec = engine.generate(&request(p, spec_policy))?;
+            identical &=
+                !matches!(sampling, Sampling::Greedy) || plain.output_ids == spec.output_ids;
+            plain_tps += plain.stats.tokens_per_s;
+            spec_tps += spec.stats.tokens_per_s;
+            tau += tokens_per_pass(&spec);
+            tokens += spec.output_ids.len();
+            if heads_acc.is_empty() {
+                heads_acc = vec![0.0; spec.stats.head_acceptance.len()];
+            }
+            heads_acc
+                .iter_mut()
+                .zip(&spec.stats.head_acceptance)
+                .for_each(|(x, y)| *x += y);
+        }
+        let r = a.repeat.max(1) as f64;
+        if !identical {
+            bar.println(format!(
+                "MISMATCH: plain and speculative outputs differ for {:?}",
+                p.prompt
+            ));
+        }
+        results.push(PromptResult {
+            category: p.category.clone(),
+            prompt: p.prompt.clone(),
+            plain_tokens_per_s: plain_tps / r,
+            spec_tokens_per_s: spec_tps / r,
+            speedup: spec_tps / plain_tps.max(1e-9),
+            tau: tau / r,
+            head_acceptance: heads_acc.iter().map(|x| x / r).collect(),
+            tokens,
+            identical,
+        });
+        bar.inc(1);
+        bar.set_message(p.category.clone());
+    }
+    bar.finish_and_clear();
+
+    let mismatches = results.iter().filter(|r| !r.identical).count();
+    let mut by_cat: BTreeMap<String, Vec<&PromptResult>> = BTreeMap::new();
+    for r in &results {
+        by_cat.entry(r.category.clone()).or_default().push(r);
+    }
+    let categories: BTreeMap<String, Summary> = by_cat
+        .iter()
+        .map(|(c, rs)| (c.clone(), summarize(rs)))
+        .collect();
+    let overall = summarize(&results.iter().collect::<Vec<_>>());
+    let table = bench_report::table(&categories, &overall);
+    println!("{table}");
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    if let Some(dir) = &a.report {
+        bench_report::write(dir, &command, &table, &categories, &results)?;
+    }
+    if a.json {
+        let v = json!({
+            "mismatches": mismatches,
+            "temperature": a.temperature,
+            "overall": overall,
+            "categories": categories,
+            "prompts": results,
+        });
+        println!("{v}");
+    }
+    if mismatches > 0 {
+        bail!("{mismatches} prompt(s) gave different plain and speculative outputs");
+    }
+    Ok(())
+}
+
+/// τ of a speculative run: tokens per base pass over the decode steps (the prefill's token
+/// excluded), counting the adaptive policy's plain steps too.
+fn tokens_per_pass(o: &Output) -> f64 {
+    if o.stats.steps == 0 {
+        return 1.0;
+    }
+    o.stats.accept_lengths.iter().sum::<usize>() as f64 / o.stats.steps as f64
+}
+
+pub fn to_prompt(p: &BenchPrompt) -> Prompt {
+    if p.chat {
+        Prompt::Chat(vec![Message::user(p.prompt.clone())])
+    } else {
+        Prompt::Text(p.prompt.clone())
+    }
+}

@@ -1,0 +1,147 @@
+//! `toki bench` output: the terminal table, and `--report`'s Markdown file and SVG chart.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::bench::{PromptResult, Summary};
+
+fn heads(v: &[f64]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+    parts.join(" ")
+}
+
+/// A Markdown-compatible table: one row per category, then the overall row.
+pub fn table(categories: &BTreeMap<String, Summary>, overall: &Summary) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| category | prompts | tau | plain tok/s | spec tok/s | speedup median | min | max | head acceptance |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    let rows = categories
+        .iter()
+        .map(|(c, x)| (c.as_str(), x))
+        .chain([("overall", overall)]);
+    for (name, x) in rows {
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {:.2} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x | {} |",
+            x.prompts,
+            x.tau,
+            x.plain_tokens_per_s,
+            x.spec_tokens_per_s,
+            x.speedup_median,
+            x.speedup_min,
+            x.speedup_max,
+            heads(&x.head_acceptance)
+        );
+    }
+    s
+}
+
+/// Bars of median speedup (with a min-max whisker) and τ per category.
+pub fn svg(categories: &BTreeMap<String, Summary>) -> String {
+    let (w, h, pad, bar_h) = (720.0, 60.0 + 60.0 * categories.len() as f64, 170.0, 18.0);
+    let max_x = categories
+        .values()
+        .map(|x| x.speedup_max.max(x.tau))
+        .fold(2.0f64, f64::max)
+        .ceil();
+    let sx = |v: f64| pad + v / max_x * (w - pad - 30.0);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"13\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"{pad}\" y=\"20\">speedup over plain decoding (median, min-max) and tau (tokens per base pass)</text>"
+    );
+    for t in 0..=max_x as usize {
+        let x = sx(t as f64);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x}\" y1=\"30\" x2=\"{x}\" y2=\"{}\" stroke=\"#ddd\"/><text x=\"{x}\" y=\"{}\" text-anchor=\"middle\">{t}</text>",
+            h - 25.0,
+            h - 10.0
+        );
+    }
+    let one = sx(1.0);
+    let _ = writeln!(
+        s,
+        "<line x1=\"{one}\" y1=\"30\" x2=\"{one}\" y2=\"{}\" stroke=\"#c33\" stroke-dasharray=\"4 3\"/>",
+        h - 25.0
+    );
+    for (i, (name, x)) in categories.iter().enumerate() {
+        let y = 45.0 + 60.0 * i as f64;
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{name}</text>",
+            pad - 8.0,
+            y + 20.0
+        );
+        let _ = writeln!(
+            s,
+            "<rect x=\"{pad}\" y=\"{y}\" width=\"{:.1}\" height=\"{bar_h}\" fill=\"#3a7bd5\"/><text x=\"{:.1}\" y=\"{:.1}\">{:.2}x</text>",
+            sx(x.speedup_median) - pad,
+            sx(x.speedup_median) + 4.0,
+            y + 13.0,
+            x.speedup_median
+        );
+        let wy = y + bar_h / 2.0;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{:.1}\" y1=\"{wy}\" x2=\"{:.1}\" y2=\"{wy}\" stroke=\"black\"/>",
+            sx(x.speedup_min),
+            sx(x.speedup_max)
+        );
+        let ty = y + bar_h + 4.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{pad}\" y=\"{ty}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#9bc53d\"/><text x=\"{:.1}\" y=\"{:.1}\">tau {:.2}</text>",
+            sx(x.tau) - pad,
+            bar_h * 0.7,
+            sx(x.tau) + 4.0,
+            ty + 11.0,
+            x.tau
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// `report.md` (command, table, per-prompt results) and `speedup.svg` into `dir`.
+pub fn write(
+    dir: &Path,
+    command: &str,
+    table: &str,
+    categories: &BTreeMap<String, Summary>,
+    results: &[PromptResult],
+) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let svg_path = dir.join("speedup.svg");
+    std::fs::write(&svg_path, svg(categories))
+        .with_context(|| format!("writing {}", svg_path.display()))?;
+    let mut md = format!(
+        "# toki bench\n\n```\n{command}\n```\n\n{table}\n![speedup and tau by category](speedup.svg)\n\n"
+    );
+    md.push_str("| category | prompt | tokens | tau | plain tok/s | spec tok/s | speedup | identical |\n|---|---|---:|---:|---:|---:|---:|---|\n");
+    for r in results {
+        let short: String = r.prompt.chars().take(60).collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.2}x | {} |",
+            r.category,
+            short.replace('|', "/"),
+            r.tokens,
+            r.tau,
+            r.plain_tokens_per_s,
+            r.spec_tokens_per_s,
+            r.speedup,
+            if r.identical { "yes" } else { "NO" }
+        );
+    }
+    let md_path = dir.join("report.md");
+    std::fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))
+}
