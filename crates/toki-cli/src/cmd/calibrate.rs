@@ -145,8 +145,9 @@ fn costs(engine: &Engine, heads: &MedusaHeads) -> Result<(Vec<f64>, f64)> {
     let device = model.device();
     let prefix = 128;
     let rope = RopeTables::new(model.config(), prefix + MAX_NODES, &device);
+    let vocab = model.config().vocab_size;
     let ids = |n: usize, start: usize| {
-        let v: Vec<i64> = (0..n).map(|i| ((i * 37 + 11) % 1000) as i64 + 10).collect();
+        let v: Vec<i64> = (0..n).map(|i| ((i * 37 + 11) % vocab) as i64).collect();
         let p: Vec<i64> = (start..start + n).map(|x| x as i64).collect();
         (
             Tensor::<1, Int>::from_data(TensorData::new(v, [n]), &device),

@@ -1,0 +1,165 @@
+//! `toki train`, `toki calibrate` and `toki bench` end to end on a tiny model.
+
+use std::path::Path;
+use std::process::Command;
+
+use toki_model::testing::{tiny_config, write_model_folder};
+
+fn toki(args: &[&str], dir: &Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_toki"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("toki runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "panic: {err}");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        err,
+    )
+}
+
+#[test]
+fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
+    let dir = std::env::temp_dir().join(format!("toki-cli-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write_model_folder(&dir.join("model"), &tiny_config(64, 2, true), 3).unwrap();
+    let text: Vec<String> = (0..200).map(|i| format!("t{}", 5 + i % 9)).collect();
+    std::fs::write(
+        dir.join("data.jsonl"),
+        format!("{{\"text\": \"{}\"}}\n", text.join(" ")),
+    )
+    .unwrap();
+    let (ok, _, err) = toki(
+        &[
+            "train",
+            "--backend",
+            "cpu",
+            "--model",
+            "model",
+            "--data",
+            "data.jsonl",
+            "--out",
+            "heads",
+            "--heads",
+            "2",
+            "--steps",
+            "10",
+            "--batch",
+            "16",
+            "--lr",
+            "0.01",
+            "--warmup",
+            "2",
+        ],
+        &dir,
+    );
+    assert!(ok, "{err}");
+    let prompts = ["code", "qa"]
+        .iter()
+        .flat_map(|c| {
+            (0..2).map(move |i| {
+                format!(
+                    "{{\"category\": \"{c}\", \"prompt\": \"t5 t{}\", \"chat\": true}}",
+                    6 + i
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(dir.join("prompts.jsonl"), prompts).unwrap();
+
+    let (ok, _, err) = toki(
+        &[
+            "calibrate",
+            "--backend",
+            "cpu",
+            "--model",
+            "model",
+            "--heads",
+            "heads",
+            "--prompts",
+            "prompts.jsonl",
+            "--out",
+            "tree.json",
+            "--max-new-tokens",
+            "8",
+        ],
+        &dir,
+    );
+    assert!(ok, "{err}");
+    let cal: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tree.json")).unwrap()).unwrap();
+    assert_eq!(cal["cost_s"].as_array().unwrap().len(), 64);
+    assert_eq!(cal["acceptance"].as_array().unwrap().len(), 2);
+
+    for tree in ["chain-2", "tree.json", "auto"] {
+        let (ok, out, err) = toki(
+            &[
+                "bench",
+                "--backend",
+                "cpu",
+                "--model",
+                "model",
+                "--heads",
+                "heads",
+                "--prompts",
+                "prompts.jsonl",
+                "--tree",
+                tree,
+                "--max-new-tokens",
+                "8",
+                "--json",
+                "--report",
+                "report",
+            ],
+            &dir,
+        );
+        assert!(ok, "--tree {tree}: {err}");
+        let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(last["mismatches"], 0);
+        for c in ["code", "qa"] {
+            let cat = &last["categories"][c];
+            assert_eq!(cat["prompts"], 2, "{last}");
+            for k in [
+                "tau",
+                "plain_tokens_per_s",
+                "spec_tokens_per_s",
+                "speedup_median",
+                "speedup_min",
+                "speedup_max",
+            ] {
+                assert!(cat[k].as_f64().unwrap() > 0.0, "{c}.{k}: {last}");
+            }
+        }
+        assert!(out.contains("| overall |"), "{out}");
+    }
+    assert!(dir.join("report/report.md").exists() && dir.join("report/speedup.svg").exists());
+    // Sampling: tau and speedup at a temperature, outputs not compared.
+    let (ok, out, err) = toki(
+        &[
+            "bench",
+            "--backend",
+            "cpu",
+            "--model",
+            "model",
+            "--heads",
+            "heads",
+            "--prompts",
+            "prompts.jsonl",
+            "--tree",
+            "chain-2",
+            "--max-new-tokens",
+            "8",
+            "--json",
+            "--temperature",
+            "0.7",
+        ],
+        &dir,
+    );
+    assert!(ok, "{err}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert!((last["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6, "{last}");
+    assert!(last["overall"]["tau"].as_f64().unwrap() >= 1.0, "{last}");
+}
