@@ -9,13 +9,12 @@
 //! cells - 1 degrees of freedom (a correct sampler fails with probability 0.001 per check;
 //! seeds are fixed, so the outcome is deterministic).
 
-use burn::tensor::{Int, Tensor, TensorData};
 use toki_decode::acceptance::{AcceptRule, Choice, Dist, prob};
 use toki_decode::sampling::{Rng, SampleParams, filtered_probs};
 use toki_decode::{Acceptance, Engine, Prompt, Request, Sampling, Tree, TreePolicy, TreePreset};
 use toki_model::testing::tiny_config;
 use toki_model::weights::RandomWeights;
-use toki_model::{AttnMask, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, Precision, RopeTables};
+use toki_model::{HeadKind, HeadsConfig, LlamaModel, MedusaHeads, Precision, RopeTables};
 use toki_tests::device;
 
 const VOCAB: usize = 8;
@@ -51,16 +50,7 @@ fn exact_joint(model: &LlamaModel, p: &SampleParams) -> Vec<f64> {
     let rope = RopeTables::new(model.config(), 16, &device());
     let next = |ids: &[u32]| -> Dist {
         let t = ids.len();
-        let mut cache = model.new_cache(t);
-        let tok: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
-        let pos: Vec<i64> = (0..t as i64).collect();
-        let h = model.forward(
-            Tensor::<1, Int>::from_data(TensorData::new(tok, [t]), &device()),
-            Tensor::<1, Int>::from_data(TensorData::new(pos, [t]), &device()),
-            &AttnMask::Causal,
-            &mut cache,
-            &rope,
-        );
+        let h = model.sequence_hidden(ids, &rope);
         let logits: Vec<f32> = model
             .logits(h.slice([t - 1..t]))
             .try_into_vec_as()

@@ -4,9 +4,8 @@
 
 use std::path::Path;
 
-use burn::tensor::{Int, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
-use toki_model::{AttnMask, LlamaModel, RopeTables};
+use toki_model::{LlamaModel, RopeTables};
 
 use crate::data::Sequence;
 use crate::error::{Result, TrainError};
@@ -58,17 +57,7 @@ impl HiddenSet {
             starts: vec![0],
         };
         for (i, s) in seqs.iter().enumerate() {
-            let t = s.tokens.len();
-            let ids: Vec<i64> = s.tokens.iter().map(|&x| x as i64).collect();
-            let pos: Vec<i64> = (0..t as i64).collect();
-            let mut cache = base.new_cache(t);
-            let h = base.forward(
-                Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), &device),
-                Tensor::<1, Int>::from_data(TensorData::new(pos, [t]), &device),
-                &AttnMask::Causal,
-                &mut cache,
-                &rope,
-            ); // [t, D]
+            let h = base.sequence_hidden(&s.tokens, &rope); // [t, D]
             let h: Vec<f32> = h
                 .cast(burn::tensor::DType::F32)
                 .try_into_vec_as()

@@ -160,6 +160,9 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     );
     assert!(ok, "{err}");
     let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    assert!((last["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6, "{last}");
+    assert!(
+        (last["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6,
+        "{last}"
+    );
     assert!(last["overall"]["tau"].as_f64().unwrap() >= 1.0, "{last}");
 }

@@ -387,6 +387,24 @@ impl LlamaModel {
         self.norm.forward(x)
     }
 
+    /// Hidden states [T, hidden] of a whole sequence `ids` run from position 0 with a fresh
+    /// cache (no decoding state kept): calibration, training data, reference checks.
+    /// `rope` must cover T positions.
+    pub fn sequence_hidden(&self, ids: &[u32], rope: &RopeTables) -> Tensor<2> {
+        let t = ids.len();
+        let device = self.device();
+        let tok: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
+        let pos: Vec<i64> = (0..t as i64).collect();
+        let mut cache = self.new_cache(t);
+        self.forward(
+            Tensor::<1, Int>::from_data(TensorData::new(tok, [t]), &device),
+            Tensor::<1, Int>::from_data(TensorData::new(pos, [t]), &device),
+            &AttnMask::Causal,
+            &mut cache,
+            rope,
+        )
+    }
+
     fn config_dtype(&self) -> DType {
         self.embed.weight.val().dtype()
     }

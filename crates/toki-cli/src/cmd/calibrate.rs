@@ -225,16 +225,7 @@ fn head_acceptance(
             .collect();
         let t = seq.len();
         let rope = RopeTables::new(model.config(), t, &device);
-        let mut cache = model.new_cache(t);
-        let ids: Vec<i64> = seq.iter().map(|&x| x as i64).collect();
-        let pos: Vec<i64> = (0..t as i64).collect();
-        let hidden = model.forward(
-            Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), &device),
-            Tensor::<1, Int>::from_data(TensorData::new(pos, [t]), &device),
-            &AttnMask::Causal,
-            &mut cache,
-            &rope,
-        ); // [t, D]
+        let hidden = model.sequence_hidden(&seq, &rope); // [t, D]
         // From the last prompt token on: the positions decoding proposes from.
         let start = out.prompt_ids.len() - 1;
         let hidden = hidden.slice([start..t]);
