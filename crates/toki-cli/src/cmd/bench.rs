@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(long)]
     prompts: PathBuf,
     /// Candidate tree: a preset, a JSON file (e.g. from `toki calibrate`), or `auto`
-    /// (calibrate on the first prompts now).
+    /// (calibrate now, on up to 8 prompts spread over the file).
     #[arg(long, default_value = "small")]
     tree: String,
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
@@ -179,7 +179,9 @@ pub fn run(a: Args) -> Result<()> {
     let heads = MedusaHeads::load(&a.heads, engine.model())
         .with_context(|| format!("loading heads {}", a.heads.display()))?;
     let tree = if a.tree == "auto" {
-        let calib: Vec<Prompt> = prompts.iter().take(8).map(to_prompt).collect();
+        // Up to 8 prompts spread over the file (and so over its categories).
+        let stride = prompts.len().div_ceil(8).max(1);
+        let calib: Vec<Prompt> = prompts.iter().step_by(stride).map(to_prompt).collect();
         super::calibrate::auto_tree(&engine, &heads, &calib, a.max_new_tokens.min(64))?.tree
     } else {
         load_tree(&a.tree, heads.num_heads())?
