@@ -182,10 +182,25 @@ pub fn run(a: Args) -> Result<()> {
         // Up to 8 prompts spread over the file (and so over its categories).
         let stride = prompts.len().div_ceil(8).max(1);
         let calib: Vec<Prompt> = prompts.iter().step_by(stride).map(to_prompt).collect();
-        super::calibrate::auto_tree(&engine, &heads, &calib, a.max_new_tokens.min(64))?.tree
+        let c = super::calibrate::auto_tree(&engine, &heads, &calib, a.max_new_tokens.min(64))?;
+        let n = c.tree.len();
+        eprintln!(
+            "--tree auto: {n} node(s), expected {:.2} tokens/step, {:.2}x plain (verify cost ratio {:.2}, heads {:.2}; head top-1 acceptance {})",
+            c.expected_tokens[n - 1],
+            c.expected_speedup[n - 1],
+            c.cost_s[n - 1] / c.cost_s[0],
+            c.heads_s / c.cost_s[0],
+            c.acceptance
+                .iter()
+                .map(|r| format!("{:.2}", r[0]))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        c.tree
     } else {
         load_tree(&a.tree, heads.num_heads())?
     };
+    let tree_nodes = tree.len();
     tracing::info!("tree of {} nodes, depth {}", tree.len(), tree.depth());
     let engine = engine.with_heads(heads, tree)?;
     let spec_policy = if a.no_adapt {
@@ -273,6 +288,7 @@ pub fn run(a: Args) -> Result<()> {
         let v = json!({
             "mismatches": mismatches,
             "temperature": a.temperature,
+            "tree_nodes": tree_nodes,
             "overall": overall,
             "categories": categories,
             "prompts": results,
