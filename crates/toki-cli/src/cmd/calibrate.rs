@@ -299,9 +299,9 @@ mod tests {
 
     #[test]
     fn greedy_tree_adds_the_likeliest_paths_first() {
-        let acc = vec![vec![0.6, 0.2, 0.1], vec![0.5, 0.1, 0.0]];
+        let acc = vec![vec![0.6, 0.2, 0.05], vec![0.5, 0.1, 0.0]];
         let (paths, e) = greedy_tree(&acc, 5);
-        // [0] .6, [0,0] .3, [1] .2, [0,1] .06 / [1,0] .1 -> [1,0]
+        // [0] .6, [0,0] .3, [1] .2, then [1,0] .1 over [0,1] .06 and [2] .05
         assert_eq!(paths, vec![vec![0], vec![0, 0], vec![1], vec![1, 0]]);
         assert!((e[4] - (1.0 + 0.6 + 0.3 + 0.2 + 0.1)).abs() < 1e-12);
     }
