@@ -27,6 +27,17 @@ pub enum StepKind {
     Speculative,
 }
 
+/// What the policy learned, carried from one request to the next by the engine, so that
+/// a request does not pay the timing steps and the probe again (short answers would).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Estimates {
+    pub plain_s: Option<f64>,
+    pub spec_s: Option<f64>,
+    pub tau: Option<f64>,
+    /// The back-off the last request ended with.
+    pub backoff: usize,
+}
+
 #[derive(Debug, Clone)]
 pub struct Policy {
     policy: TreePolicy,
@@ -53,6 +64,35 @@ fn ema(old: Option<f64>, x: f64) -> Option<f64> {
 }
 
 impl Policy {
+    /// A policy for one request, starting from what earlier requests measured: when they
+    /// found that speculation does not pay it starts in back-off, when it pays it starts on
+    /// the tree; with nothing known it times two plain steps first.
+    pub fn with_prior(policy: TreePolicy, prior: Estimates) -> Self {
+        let mut p = Self::new(policy);
+        if policy != TreePolicy::Adaptive {
+            return p;
+        }
+        (p.plain_s, p.spec_s, p.tau) = (prior.plain_s, prior.spec_s, prior.tau);
+        match p.ratio() {
+            Some(r) if r < 1.0 => {
+                p.backoff = prior.backoff.clamp(FIRST_BACKOFF, MAX_BACKOFF);
+                p.plain_left = p.backoff;
+            }
+            Some(_) => p.plain_left = 0,
+            None => {}
+        }
+        p
+    }
+
+    pub fn estimates(&self) -> Estimates {
+        Estimates {
+            plain_s: self.plain_s,
+            spec_s: self.spec_s,
+            tau: self.tau,
+            backoff: self.backoff,
+        }
+    }
+
     pub fn new(policy: TreePolicy) -> Self {
         Self {
             policy,
@@ -158,6 +198,25 @@ mod tests {
         drive(&mut p, 40, 1.0, 2.0, 1); // backing off
         let spec = drive(&mut p, 400, 1.0, 1.2, 4); // now it pays: after the next probe, always
         assert!(spec > 250, "{spec}");
+    }
+
+    #[test]
+    fn a_request_starts_from_what_earlier_ones_measured() {
+        let mut first = Policy::new(TreePolicy::Adaptive);
+        drive(&mut first, 60, 1.0, 2.0, 1); // speculation does not pay
+        let mut next = Policy::with_prior(TreePolicy::Adaptive, first.estimates());
+        assert_eq!(drive(&mut next, 8, 1.0, 2.0, 1), 0, "starts in back-off");
+        let mut good = Policy::new(TreePolicy::Adaptive);
+        drive(&mut good, 20, 1.0, 1.2, 3);
+        let mut next = Policy::with_prior(TreePolicy::Adaptive, good.estimates());
+        assert_eq!(
+            drive(&mut next, 8, 1.0, 1.2, 3),
+            8,
+            "starts on the tree, no timing steps"
+        );
+        // Nothing known: the two timing steps first.
+        let mut fresh = Policy::with_prior(TreePolicy::Adaptive, Estimates::default());
+        assert_eq!(drive(&mut fresh, 8, 1.0, 1.2, 3), 8 - PLAIN_WARMUP);
     }
 
     #[test]

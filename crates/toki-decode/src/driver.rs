@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 use toki_model::AttnMask;
 
 use crate::acceptance::AcceptRule;
-use crate::adapt::{Policy, StepKind};
+use crate::adapt::{Policy, StepKind, TreePolicy};
 use crate::engine::{Emitted, Engine};
 use crate::error::{DecodeError, Result};
 use crate::proposer::{StepInput, propose};
@@ -210,7 +210,8 @@ pub(crate) fn run(
     let t1 = Instant::now();
     let mut history = prompt_ids.clone();
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
-    let mut policy = Policy::new(request.tree_policy);
+    let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
+    let mut policy = Policy::with_prior(request.tree_policy, prior);
     while reason.is_none() {
         let prefix = cache.len();
         if prefix + 1 > capacity {
@@ -277,6 +278,11 @@ pub(crate) fn run(
         reason = progress.push(&emitted, true, &mut on_tokens)?;
     }
     stats.decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+    if request.tree_policy == TreePolicy::Adaptive
+        && let Ok(mut e) = engine.estimates.lock()
+    {
+        *e = policy.estimates();
+    }
     stats.head_acceptance = accepted_per_head
         .iter()
         .map(|&a| a as f64 / stats.speculative_steps.max(1) as f64)

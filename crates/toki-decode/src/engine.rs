@@ -10,6 +10,7 @@ use toki_model::weights::SafetensorsWeights;
 use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision, RopeTables};
 
 use crate::acceptance::{AcceptRule, Acceptance, Lossless, Typical};
+use crate::adapt::Estimates;
 use crate::error::{DecodeError, Result};
 use crate::proposer::Proposer;
 use crate::request::{Output, Prompt, Request};
@@ -43,6 +44,8 @@ pub struct Engine {
     pub(crate) speculation: Option<Speculation>,
     /// The root-only tree: plain decoding steps.
     pub(crate) root_buffers: TreeBuffers,
+    /// What the adaptive policy measured in earlier requests (reset with the tree).
+    pub(crate) estimates: std::sync::Mutex<Estimates>,
 }
 
 /// The proposer (Medusa heads) and the tree it fills.
@@ -114,6 +117,7 @@ impl Engine {
             context,
             speculation: None,
             root_buffers,
+            estimates: Default::default(),
         }
     }
 
@@ -137,6 +141,7 @@ impl Engine {
             tree,
             buffers,
         });
+        self.estimates = Default::default();
         Ok(self)
     }
 
