@@ -18,7 +18,7 @@ use toki_model::MedusaHeads;
 use toki_model::tokenizer::Message;
 
 use super::bench_report;
-use super::generate::{AcceptanceArgs, load_tree};
+use super::generate::{AcceptanceArgs, SamplingArgs, load_tree};
 use crate::backend::{self, Backend};
 
 #[derive(clap::Args)]
@@ -45,14 +45,8 @@ pub struct Args {
     /// At most this many prompts per category (0 = all).
     #[arg(long, default_value_t = 0)]
     per_category: usize,
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     #[command(flatten)]
     acceptance: AcceptanceArgs,
     /// Verify the full tree every step (no fallback to plain steps).
@@ -162,7 +156,7 @@ pub fn summarize(rs: &[&PromptResult]) -> Summary {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let sampling = Sampling::from_settings(a.temperature, a.top_k, a.top_p, a.seed)?;
+    let sampling = a.sampling.sampling()?;
     let acceptance = a.acceptance.resolve(&sampling)?;
     let mut prompts = read_prompts(&a.prompts)?;
     if a.per_category > 0 {
@@ -287,7 +281,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         let v = json!({
             "mismatches": mismatches,
-            "temperature": a.temperature,
+            "temperature": a.sampling.temperature,
             "tree_nodes": tree_nodes,
             "overall": overall,
             "categories": categories,

@@ -31,6 +31,32 @@ pub enum AcceptanceArg {
     Typical,
 }
 
+/// The sampling settings shared by `generate` and `bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// 0 = no top-k filter.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    pub fn sampling(&self) -> Result<Sampling> {
+        Ok(Sampling::from_settings(
+            self.temperature,
+            self.top_k,
+            self.top_p,
+            self.seed,
+        )?)
+    }
+}
+
 /// The acceptance settings shared by `generate` and `bench`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AcceptanceArgs {
@@ -81,16 +107,8 @@ pub struct Args {
     chat: bool,
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    /// 0 = no top-k filter.
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
     /// Compute precision (f16/bf16 where the backend supports them).
@@ -117,7 +135,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.prompt.trim().is_empty() {
         bail!("the prompt is empty");
     }
-    let sampling = Sampling::from_settings(a.temperature, a.top_k, a.top_p, a.seed)?;
+    let sampling = a.sampling.sampling()?;
     let acceptance = a.acceptance.resolve(&sampling)?;
     let device = backend::device(a.backend)?;
     let precision = match a.precision {
