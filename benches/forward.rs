@@ -128,7 +128,11 @@ fn main() {
             )
             .expect("engine");
         for p in prompts {
-            let req = Request::greedy(chat(p), 96);
+            // The raw tree every step (no adaptive fall-back): the cost of a tree step.
+            let req = Request {
+                tree_policy: toki_decode::TreePolicy::Always,
+                ..Request::greedy(chat(p), 96)
+            };
             let (mut a, mut b, mut tau) = (vec![], vec![], 0.0);
             for _ in 0..repeat.min(2) {
                 a.push(
