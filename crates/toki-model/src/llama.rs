@@ -339,11 +339,18 @@ impl LlamaModel {
             cache.capacity()
         );
         let rope_at = rope.at(positions);
-        // [1, 1, T, prefix + T] additive bias; a single causal token needs none.
+        // [1, 1, T, prefix + T] additive bias; a single causal token needs none. Causal and
+        // tree masks cover the new tokens only: every new token sees the whole prefix.
+        let see_prefix = |b: Tensor<2>| {
+            if prefix == 0 {
+                return b;
+            }
+            Tensor::cat(vec![Tensor::<2>::zeros([t, prefix], &b.device()), b], 1)
+        };
         let bias = match mask {
             AttnMask::Causal if t == 1 => None,
-            AttnMask::Causal => Some(AttnMask::causal_bias(t, &self.device())),
-            AttnMask::Tree(b) => Some(b.clone()),
+            AttnMask::Causal => Some(see_prefix(AttnMask::causal_bias(t, &self.device()))),
+            AttnMask::Tree(b) => Some(see_prefix(b.clone())),
             AttnMask::Full(b) => {
                 let [rows, cols] = b.dims();
                 assert!(
@@ -354,19 +361,7 @@ impl LlamaModel {
                 Some(b.clone())
             }
         }
-        .map(|tree| {
-            let tree = tree.cast(self.config_dtype());
-            if matches!(mask, AttnMask::Full(_)) {
-                return tree.reshape([1, 1, t, prefix + t]);
-            }
-            let full = if prefix == 0 {
-                tree
-            } else {
-                let zeros = Tensor::<2>::zeros([t, prefix], &tree.device()).cast(tree.dtype());
-                Tensor::cat(vec![zeros, tree], 1)
-            };
-            full.reshape([1, 1, t, prefix + t])
-        });
+        .map(|b| b.cast(self.config_dtype()).reshape([1, 1, t, prefix + t]));
         //  Activations stay 2-D [T, D]: a 2-D matmul uses the transposed weight view as it
         // is, where a batched one would first copy the weight to contiguous memory.
         let d = self.config.hidden_size;
