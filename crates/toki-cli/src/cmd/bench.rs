@@ -21,13 +21,33 @@ use super::bench_report;
 use super::generate::{AcceptanceArgs, SamplingArgs, load_tree};
 use crate::backend::{self, Backend};
 
+/// The model and heads that `bench` and `calibrate` load, and where they run.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct ModelAndHeads {
     #[arg(long)]
-    model: PathBuf,
+    pub model: PathBuf,
     /// Medusa heads folder.
     #[arg(long)]
-    heads: PathBuf,
+    pub heads: PathBuf,
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+}
+
+impl ModelAndHeads {
+    pub fn load(&self) -> Result<(Engine, MedusaHeads)> {
+        let device = backend::device(self.backend)?;
+        let engine = Engine::load(&self.model, &device, &EngineOptions::default())
+            .with_context(|| format!("loading {}", self.model.display()))?;
+        let heads = MedusaHeads::load(&self.heads, engine.model())
+            .with_context(|| format!("loading heads {}", self.heads.display()))?;
+        Ok((engine, heads))
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    target: ModelAndHeads,
     /// JSONL: {"category": "...", "prompt": "...", "chat": true} per line.
     #[arg(long)]
     prompts: PathBuf,
@@ -35,8 +55,6 @@ pub struct Args {
     /// (calibrate now, on up to 8 prompts spread over the file).
     #[arg(long, default_value = "small")]
     tree: String,
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    backend: Backend,
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
     /// Plain/speculative pairs per prompt (after one warm-up pair).
@@ -167,11 +185,7 @@ pub fn run(a: Args) -> Result<()> {
             *n <= a.per_category
         });
     }
-    let device = backend::device(a.backend)?;
-    let engine = Engine::load(&a.model, &device, &EngineOptions::default())
-        .with_context(|| format!("loading {}", a.model.display()))?;
-    let heads = MedusaHeads::load(&a.heads, engine.model())
-        .with_context(|| format!("loading heads {}", a.heads.display()))?;
+    let (engine, heads) = a.target.load()?;
     let tree = if a.tree == "auto" {
         // Up to 8 prompts spread over the file (and so over its categories).
         let stride = prompts.len().div_ceil(8).max(1);

@@ -16,20 +16,16 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::Serialize;
-use toki_decode::{Engine, EngineOptions, Prompt, Request, Tree, TreePolicy};
+use toki_decode::{Engine, Prompt, Request, Tree, TreePolicy};
 use toki_model::{AttnMask, MedusaHeads, RopeTables};
-
-use crate::backend::{self, Backend};
 
 const MAX_NODES: usize = 64;
 const MAX_RANK: usize = 10;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long)]
-    model: PathBuf,
-    #[arg(long)]
-    heads: PathBuf,
+    #[command(flatten)]
+    target: super::bench::ModelAndHeads,
     /// Calibration prompts (the `toki bench` JSONL format).
     #[arg(long)]
     prompts: PathBuf,
@@ -41,8 +37,6 @@ pub struct Args {
     limit: usize,
     #[arg(long, default_value_t = 64)]
     max_new_tokens: usize,
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    backend: Backend,
 }
 
 /// What calibration measured and chose.
@@ -67,11 +61,7 @@ pub fn run(a: Args) -> Result<()> {
         .take(a.limit.max(1))
         .map(|p| super::bench::to_prompt(p))
         .collect();
-    let device = backend::device(a.backend)?;
-    let engine = Engine::load(&a.model, &device, &EngineOptions::default())
-        .with_context(|| format!("loading {}", a.model.display()))?;
-    let heads = MedusaHeads::load(&a.heads, engine.model())
-        .with_context(|| format!("loading heads {}", a.heads.display()))?;
+    let (engine, heads) = a.target.load()?;
     let c = auto_tree(&engine, &heads, &prompts, a.max_new_tokens)?;
     let text = serde_json::to_string_pretty(&c)?;
     std::fs::write(&a.out, text).with_context(|| format!("writing {}", a.out.display()))?;
