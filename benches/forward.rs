@@ -59,7 +59,9 @@ fn main() {
             .map(|i| (i * 7919 + salt * 104729) % vocab)
             .collect()
     };
-    let run = |prefix: usize, n: usize| -> f64 {
+    // The same weights on Burn's matmul only, to time the host kernel side by side.
+    let burn_only = model.clone().without_host_kernels();
+    let run_on = |model: &toki_model::LlamaModel, prefix: usize, n: usize| -> f64 {
         let mut cache = model.new_cache(prefix + n);
         if prefix > 0 {
             let h = model.forward(
@@ -82,6 +84,7 @@ fn main() {
         let _ = model.logits(h).argmax(1).into_data();
         t.elapsed().as_secs_f64() * 1e3
     };
+    let run = |prefix: usize, n: usize| run_on(model, prefix, n);
 
     // Prefill: 256 tokens from empty.
     run(0, 8);
@@ -154,19 +157,46 @@ fn main() {
         }
     }
 
-    // Verification cost curve over a 256-token cache.
+    // Verification cost curve over a 256-token cache, with and without the host kernel
+    // (toki-model/src/kernels.rs; used only on the cpu backend in f32).
     let sizes = [1usize, 2, 4, 8, 16, 32, 64];
-    let mut times = vec![vec![]; sizes.len()];
+    let host = model.uses_host_kernels();
+    let variants: Vec<&toki_model::LlamaModel> = if host {
+        vec![model, &burn_only]
+    } else {
+        vec![model]
+    };
+    let mut times = vec![vec![vec![]; sizes.len()]; variants.len()];
     for _ in 0..repeat {
         for (i, &n) in sizes.iter().enumerate() {
-            times[i].push(run(256, n));
+            for (v, m) in variants.iter().enumerate() {
+                times[v][i].push(run_on(m, 256, n));
+            }
         }
     }
-    let meds: Vec<f64> = times.into_iter().map(median).collect();
+    let meds: Vec<Vec<f64>> = times
+        .into_iter()
+        .map(|t| t.into_iter().map(median).collect())
+        .collect();
     println!("verification cost over a 256-token cache (median of {repeat}):");
-    println!("  new tokens | ms      | ratio to 1");
-    for (n, m) in sizes.iter().zip(&meds) {
-        println!("  {n:>10} | {m:>7.2} | {:.2}", m / meds[0]);
+    if host {
+        println!(
+            "  new tokens | ms (host kernel) | ratio to 1 | ms (burn matmul) | ratio to 1 | host/burn"
+        );
+        for (i, n) in sizes.iter().enumerate() {
+            let (a, b) = (meds[0][i], meds[1][i]);
+            println!(
+                "  {n:>10} | {a:>16.2} | {:>10.2} | {b:>16.2} | {:>10.2} | {:.2}",
+                a / meds[0][0],
+                b / meds[1][0],
+                a / b
+            );
+        }
+    } else {
+        println!("  new tokens | ms      | ratio to 1");
+        for (n, m) in sizes.iter().zip(&meds[0]) {
+            println!("  {n:>10} | {m:>7.2} | {:.2}", m / meds[0][0]);
+        }
     }
 }
 

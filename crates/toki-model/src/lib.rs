@@ -5,6 +5,7 @@
 //! - [`llama`]: the decoder; forward with explicit positions, mask and cache
 //! - [`rope`], [`cache`]: the explicit state a forward takes
 //! - [`gguf`], [`convert`]: llama.cpp files → an HF folder
+//! - [`kernels`]: the CPU fast path for small steps (weights streamed once)
 //! - [`tokenizer`]: tokenizer.json and the chat template
 
 pub mod cache;
@@ -13,6 +14,7 @@ pub mod convert;
 pub mod error;
 pub mod gguf;
 pub mod heads;
+pub mod kernels;
 pub mod llama;
 pub mod rope;
 pub mod testing;

@@ -11,6 +11,7 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use crate::cache::KvCache;
 use crate::config::LlamaConfig;
 use crate::error::Result;
+use crate::kernels::{HOST_ROWS, HostWeight};
 use crate::rope::{RopeAt, RopeTables};
 use crate::weights::WeightSource;
 
@@ -64,24 +65,38 @@ impl AttnMask {
 }
 
 /// A projection stored as HF stores it, `weight` [out, in]. For the few rows of a decoding
-/// or verification step it is applied as `(W xᵀ)ᵀ`, which on the flex backend runs
-/// 1.3-7x faster than `x Wᵀ` (`examples/mm.rs`); for many rows (prefill) as `x Wᵀ`,
-/// which is faster there.
+/// or verification step it runs on the host kernel where the model has one (flex, f32:
+/// [`crate::kernels`]), else as `(W xᵀ)ᵀ`, which on flex runs 1.3-7x faster than `x Wᵀ`
+/// (`examples/mm.rs`); for many rows (prefill) as `x Wᵀ`, which is faster there.
 #[derive(Module, Debug)]
 pub struct Proj {
     weight: Param<Tensor<2>>,
     bias: Option<Param<Tensor<1>>>,
+    /// Host copy of `weight` for the CPU fast path (`None`: Burn's matmul only).
+    #[module(skip)]
+    host: Option<HostWeight>,
+}
+
+/// `x` [T, in] -> `x Wᵀ` [T, out] on the host kernel.
+fn host_matmul(w: &HostWeight, x: Tensor<2>) -> Tensor<2> {
+    let [t, _] = x.dims();
+    let device = x.device();
+    let x: Vec<f32> = x
+        .into_data()
+        .try_into_vec::<f32>()
+        .expect("the host kernel runs only on f32 models");
+    let y = w.matmul(&x, t);
+    Tensor::from_data(TensorData::new(y, [t, w.out_features()]), &device)
 }
 
 impl Proj {
     /// x [T, in] -> [T, out]
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        const FEW_ROWS: usize = 16;
         let [t, _] = x.dims();
-        let y = if t <= FEW_ROWS {
-            self.weight.val().matmul(x.transpose()).transpose() // [T, out]
-        } else {
-            x.matmul(self.weight.val().transpose()) // [T, out]
+        let y = match &self.host {
+            Some(w) if t <= HOST_ROWS => host_matmul(w, x),
+            _ if t <= HOST_ROWS => self.weight.val().matmul(x.transpose()).transpose(), // [T, out]
+            _ => x.matmul(self.weight.val().transpose()),                               // [T, out]
         };
         match &self.bias {
             Some(b) => y + b.val().unsqueeze(),
@@ -124,6 +139,9 @@ pub struct LlamaModel {
     norm: RmsNorm,
     /// [hidden, vocab]; for tied models a transposed copy of the embedding.
     lm_head: Linear,
+    /// Host copy of the lm_head as [vocab, hidden] for the CPU fast path.
+    #[module(skip)]
+    lm_head_host: Option<HostWeight>,
     #[module(skip)]
     config: LlamaConfig,
 }
@@ -133,6 +151,8 @@ struct Loader<'a> {
     src: &'a mut dyn WeightSource,
     device: &'a Device,
     precision: Precision,
+    /// Keep host copies of the projections for the CPU fast path.
+    host: bool,
 }
 
 impl Loader<'_> {
@@ -143,7 +163,11 @@ impl Loader<'_> {
 
     /// An HF linear, weight kept as stored ([out, in]).
     fn proj(&mut self, prefix: &str, d_in: usize, d_out: usize, bias: bool) -> Result<Proj> {
-        let weight = self.tensor(&format!("{prefix}.weight"), [d_out, d_in])?;
+        let w = self
+            .src
+            .tensor(&format!("{prefix}.weight"), &[d_out, d_in])?;
+        let host = self.host.then(|| HostWeight::new(w.clone(), d_out, d_in));
+        let weight = self.from_vec(w, [d_out, d_in]);
         let bias = if bias {
             Some(Param::from_tensor(
                 self.tensor(&format!("{prefix}.bias"), [d_out])?,
@@ -154,20 +178,21 @@ impl Loader<'_> {
         Ok(Proj {
             weight: Param::from_tensor(weight),
             bias,
+            host,
         })
     }
 
-    /// An HF linear as a Burn linear with a contiguous [in, out] weight, transposed once
-    /// here (the vocabulary projection: its matmul is fast in this orientation).
-    fn linear(&mut self, prefix: &str, d_in: usize, d_out: usize) -> Result<Linear> {
-        let w = self
-            .src
-            .tensor(&format!("{prefix}.weight"), &[d_out, d_in])?;
+    /// A vocabulary projection from its HF weight `w` [out, in]: a Burn linear with a
+    /// contiguous [in, out] weight, transposed once here (its matmul is fast in this
+    /// orientation), and the host copy as stored.
+    fn vocab_head(&self, w: Vec<f32>, d_in: usize, d_out: usize) -> (Linear, Option<HostWeight>) {
         let weight = self.from_vec(transpose(&w, d_out, d_in), [d_in, d_out]);
-        Ok(Linear {
+        let host = self.host.then(|| HostWeight::new(w, d_out, d_in));
+        let linear = Linear {
             weight: Param::from_tensor(weight),
             bias: None,
-        })
+        };
+        (linear, host)
     }
 
     fn from_vec<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
@@ -200,14 +225,15 @@ impl LlamaModel {
             src,
             device,
             precision,
+            host: host_kernels_apply(device, precision),
         };
         let embed_data = ld
             .src
             .tensor("model.embed_tokens.weight", &[c.vocab_size, d])?;
-        // A tied lm_head gets its own contiguous [hidden, vocab] copy (see `Loader::linear`).
+        // A tied lm_head gets its own contiguous [hidden, vocab] copy (see `vocab_head`).
         let tied_head = c
             .tie_word_embeddings
-            .then(|| ld.from_vec(transpose(&embed_data, c.vocab_size, d), [d, c.vocab_size]));
+            .then(|| ld.vocab_head(embed_data.clone(), d, c.vocab_size));
         let embed_w = ld.from_vec(embed_data, [c.vocab_size, d]);
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
@@ -273,12 +299,12 @@ impl LlamaModel {
             });
         }
         let norm = ld.norm("model.norm.weight", d, c.rms_norm_eps)?;
-        let lm_head = match tied_head {
-            Some(w) => Linear {
-                weight: Param::from_tensor(w),
-                bias: None,
-            },
-            None => ld.linear("lm_head", d, c.vocab_size)?,
+        let (lm_head, lm_head_host) = match tied_head {
+            Some(head) => head,
+            None => {
+                let w = ld.src.tensor("lm_head.weight", &[c.vocab_size, d])?;
+                ld.vocab_head(w, d, c.vocab_size)
+            }
         };
         let tied = c.tie_word_embeddings;
         ld.src.finish(&|n: &str| {
@@ -291,8 +317,34 @@ impl LlamaModel {
             layers,
             norm,
             lm_head,
+            lm_head_host,
             config: config.clone(),
         })
+    }
+
+    /// The same model without the host copies: every projection on Burn's matmul (for
+    /// side-by-side benchmarks of the CPU fast path, or to save the memory they take).
+    pub fn without_host_kernels(mut self) -> Self {
+        self.lm_head_host = None;
+        for l in &mut self.layers {
+            for p in [
+                &mut l.attn.q,
+                &mut l.attn.k,
+                &mut l.attn.v,
+                &mut l.attn.o,
+                &mut l.mlp.gate,
+                &mut l.mlp.up,
+                &mut l.mlp.down,
+            ] {
+                p.host = None;
+            }
+        }
+        self
+    }
+
+    /// Whether small steps run on the host kernel ([`crate::kernels`]).
+    pub fn uses_host_kernels(&self) -> bool {
+        self.lm_head_host.is_some()
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -406,7 +458,11 @@ impl LlamaModel {
 
     /// Vocabulary logits [T, vocab] of hidden states [T, hidden], in f32.
     pub fn logits(&self, hidden: Tensor<2>) -> Tensor<2> {
-        self.lm_head.forward(hidden).cast(DType::F32)
+        let [t, _] = hidden.dims();
+        match &self.lm_head_host {
+            Some(w) if t <= HOST_ROWS => host_matmul(w, hidden),
+            _ => self.lm_head.forward(hidden).cast(DType::F32),
+        }
     }
 }
 
@@ -461,6 +517,20 @@ impl Mlp {
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         self.down
             .forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
+    }
+}
+
+/// The host kernel pays off on the flex (CPU) device in f32; autodiff (training) keeps
+/// Burn's ops so gradients flow.
+fn host_kernels_apply(device: &Device, precision: Precision) -> bool {
+    #[cfg(feature = "flex")]
+    {
+        precision == Precision::F32 && *device == Device::flex() && !device.is_autodiff()
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        let _ = (device, precision);
+        false
     }
 }
 

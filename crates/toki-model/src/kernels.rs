@@ -1,0 +1,261 @@
+//! The CPU fast path for the few rows of a decoding or verification step.
+//!
+//! A step of 1-16 tokens is bound by reading the weights from memory, not by arithmetic:
+//! the ideal is to stream every weight matrix once per step whatever the number of rows.
+//! The flex backend's matrix-matrix path does not do that at these shapes: verifying 2-8
+//! tree nodes cost 1.5-1.7x one token (README, verification cost curve). [`HostWeight`]
+//! keeps a host copy of a projection's `[out, in]` weight and computes `x Wᵀ` reading each
+//! weight row once for up to four activation rows at a time (AVX2+FMA where the CPU has it,
+//! portable code otherwise), split over rayon's threads by blocks of output rows.
+//!
+//! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul.
+
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// Up to this many rows take the host path; more rows (prefill) use Burn's matmul.
+pub const HOST_ROWS: usize = 16;
+
+/// A projection weight `[out, in]` (row-major, as HF stores it) on the host.
+#[derive(Clone)]
+pub struct HostWeight {
+    w: Arc<[f32]>,
+    out: usize,
+    inn: usize,
+}
+
+impl std::fmt::Debug for HostWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostWeight[{}, {}]", self.out, self.inn)
+    }
+}
+
+impl HostWeight {
+    /// `w` is `[out, in]` row-major.
+    pub fn new(w: Vec<f32>, out: usize, inn: usize) -> Self {
+        assert_eq!(w.len(), out * inn, "host weight is not [{out}, {inn}]");
+        Self {
+            w: w.into(),
+            out,
+            inn,
+        }
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.out
+    }
+
+    /// `x` [m, in] row-major -> `x Wᵀ` [m, out] row-major.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let (out, inn) = (self.out, self.inn);
+        assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
+        // Blocks of output rows, a few per thread so uneven blocks even out.
+        let threads = rayon::current_num_threads().max(1);
+        let block = (out.div_ceil(threads * 4))
+            .clamp(16, 256)
+            .next_multiple_of(2);
+        let mut yt = vec![0.0f32; out * m]; // [out, m]: each block owns a contiguous chunk
+        yt.par_chunks_mut(block * m)
+            .enumerate()
+            .for_each(|(b, chunk)| {
+                let rows = b * block..(b * block + chunk.len() / m);
+                rows_times_x(&self.w, inn, rows, x, m, chunk);
+            });
+        // [out, m] -> [m, out]
+        let mut y = vec![0.0f32; m * out];
+        for (o, col) in yt.chunks_exact(m).enumerate() {
+            for (i, &v) in col.iter().enumerate() {
+                y[i * out + o] = v;
+            }
+        }
+        y
+    }
+}
+
+/// `yt[(o - rows.start) * m + i] = W[o] · x[i]` for o in `rows`, i < m.
+fn rows_times_x(
+    w: &[f32],
+    inn: usize,
+    rows: std::ops::Range<usize>,
+    x: &[f32],
+    m: usize,
+    yt: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above); the function reads
+        // and writes only through bounds-checked slices' pointers within their lengths.
+        unsafe { avx2::rows_times_x(w, inn, rows, x, m, yt) };
+        return;
+    }
+    portable_rows_times_x(w, inn, rows, x, m, yt);
+}
+
+fn portable_rows_times_x(
+    w: &[f32],
+    inn: usize,
+    rows: std::ops::Range<usize>,
+    x: &[f32],
+    m: usize,
+    yt: &mut [f32],
+) {
+    const L: usize = 8;
+    let start = rows.start;
+    for o in rows {
+        let wr = &w[o * inn..(o + 1) * inn];
+        for i in 0..m {
+            let xr = &x[i * inn..(i + 1) * inn];
+            let mut acc = [0.0f32; L];
+            for (wc, xc) in wr.chunks_exact(L).zip(xr.chunks_exact(L)) {
+                for l in 0..L {
+                    acc[l] += wc[l] * xc[l];
+                }
+            }
+            let tail = inn / L * L;
+            let s: f32 = acc.iter().sum::<f32>()
+                + wr[tail..]
+                    .iter()
+                    .zip(&xr[tail..])
+                    .map(|(a, b)| a * b)
+                    .sum::<f32>();
+            yt[(o - start) * m + i] = s;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Two weight rows times up to four activation rows per pass: 6 loads feed 8 FMAs,
+    /// and the two weight rows stay in L1 while every group of activation rows passes.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_times_x(
+        w: &[f32],
+        inn: usize,
+        rows: std::ops::Range<usize>,
+        x: &[f32],
+        m: usize,
+        yt: &mut [f32],
+    ) {
+        let n8 = inn / 8 * 8;
+        let mut o = rows.start;
+        while o < rows.end {
+            let pair = usize::from(o + 1 < rows.end) + 1; // 2, or 1 for an odd last row
+            let w0 = &w[o * inn..(o + 1) * inn];
+            let w1 = &w[(o + pair - 1) * inn..(o + pair) * inn];
+            let mut i = 0;
+            while i < m {
+                let g = (m - i).min(4);
+                // Missing rows of a short group repeat the last one (results discarded).
+                let xr: [&[f32]; 4] = std::array::from_fn(|r| {
+                    let row = i + r.min(g - 1);
+                    &x[row * inn..(row + 1) * inn]
+                });
+                let mut a0 = [_mm256_setzero_ps(); 4];
+                let mut a1 = [_mm256_setzero_ps(); 4];
+                let mut k = 0;
+                while k < n8 {
+                    // SAFETY: k + 8 <= n8 <= inn = each row slice's length.
+                    let (v0, v1) = unsafe {
+                        (
+                            _mm256_loadu_ps(w0.as_ptr().add(k)),
+                            _mm256_loadu_ps(w1.as_ptr().add(k)),
+                        )
+                    };
+                    for r in 0..4 {
+                        // SAFETY: as above.
+                        let vx = unsafe { _mm256_loadu_ps(xr[r].as_ptr().add(k)) };
+                        a0[r] = _mm256_fmadd_ps(v0, vx, a0[r]);
+                        a1[r] = _mm256_fmadd_ps(v1, vx, a1[r]);
+                    }
+                    k += 8;
+                }
+                for r in 0..g {
+                    let (mut s0, mut s1) = (hsum(a0[r]), hsum(a1[r]));
+                    for kk in n8..inn {
+                        s0 += w0[kk] * xr[r][kk];
+                        s1 += w1[kk] * xr[r][kk];
+                    }
+                    let base = o - rows.start;
+                    yt[base * m + i + r] = s0;
+                    if pair == 2 {
+                        yt[(base + 1) * m + i + r] = s1;
+                    }
+                }
+                i += 4;
+            }
+            o += pair;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(w: &[f32], out: usize, inn: usize, x: &[f32], m: usize) -> Vec<f32> {
+        let mut y = vec![0.0; m * out];
+        for i in 0..m {
+            for o in 0..out {
+                y[i * out + o] = (0..inn).map(|k| x[i * inn + k] * w[o * inn + k]).sum();
+            }
+        }
+        y
+    }
+
+    fn lcg(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_reference_on_odd_shapes() {
+        // Odd row counts (a lone last weight row), `in` not a multiple of 8, every group
+        // size of activation rows, and output blocks of uneven length.
+        for &(out, inn) in &[(1, 3), (7, 13), (33, 64), (257, 70), (1000, 576)] {
+            let w = lcg(out * inn, out as u64);
+            let hw = HostWeight::new(w.clone(), out, inn);
+            for m in [1, 2, 3, 4, 5, 8, 9, 16] {
+                let x = lcg(m * inn, (m * 31 + inn) as u64);
+                let got = hw.matmul(&x, m);
+                let want = reference(&w, out, inn, &x, m);
+                for (g, r) in got.iter().zip(&want) {
+                    assert!(
+                        (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
+                        "{out}x{inn} m={m}: {g} vs {r}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn portable_path_matches_reference() {
+        let (out, inn, m) = (19, 45, 5);
+        let w = lcg(out * inn, 3);
+        let x = lcg(m * inn, 4);
+        let mut yt = vec![0.0; out * m];
+        portable_rows_times_x(&w, inn, 0..out, &x, m, &mut yt);
+        let want = reference(&w, out, inn, &x, m);
+        for o in 0..out {
+            for i in 0..m {
+                assert!((yt[o * m + i] - want[i * out + o]).abs() < 1e-4);
+            }
+        }
+    }
+}
