@@ -6,8 +6,8 @@ use toki_decode::{Tree, TreePreset};
 use toki_model::testing::{tensor_shapes, tiny_config, write_model_folder, write_safetensors};
 use toki_model::weights::{RandomWeights, SafetensorsWeights, WeightSource};
 use toki_model::{
-    AttnMask, HeadKind, HeadsConfig, LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision,
-    RopeTables,
+    AttnMask, DraftVocab, HeadKind, HeadsConfig, LlamaConfig, LlamaModel, MedusaHeads, ModelError,
+    Precision, RopeTables, TokenCounts,
 };
 
 fn dev() -> Device {
@@ -316,4 +316,64 @@ fn untrained_heads_start_at_the_base_prediction() {
     for h in heads.forward(hidden, &m) {
         assert!(max_diff(&vec2(h), &base) < 1e-5);
     }
+}
+
+#[test]
+fn draft_vocabulary_logits_are_the_full_logits_at_its_ids() {
+    let m = model(10, 2);
+    let ids: Vec<u32> = vec![63, 0, 17, 5, 42, 8, 31, 2, 60, 11, 29, 40];
+    for kind in [HeadKind::Shared, HeadKind::Own] {
+        let cfg = HeadsConfig::for_model(kind, 3, 1, m.config());
+        let heads = MedusaHeads::random(cfg, 12, 0.3, &dev()).unwrap();
+        let draft = DraftVocab::new(ids.clone(), &heads, &m).unwrap();
+        assert_eq!(draft.ids(), &ids[..]);
+        // 3 rows run on the host kernel where there is one, 20 rows on Burn's matmul.
+        for rows in [3, 20] {
+            let hidden =
+                Tensor::<2>::random([rows, 32], burn::tensor::Distribution::Default, &dev());
+            let full = heads.forward(hidden.clone(), &m);
+            let cut = draft.logits(&heads, hidden);
+            assert_eq!(cut.len(), 3);
+            for (f, c) in full.into_iter().zip(cut) {
+                assert_eq!(c.dims(), [rows, ids.len()]);
+                let (f, c) = (vec2(f), vec2(c));
+                for r in 0..rows {
+                    for (j, &id) in ids.iter().enumerate() {
+                        let (x, y) = (f[r * 64 + id as usize], c[r * ids.len() + j]);
+                        assert!((x - y).abs() < 1e-4, "{kind:?} rows {rows}: {x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn draft_vocabulary_files_are_checked() {
+    let path = std::path::Path::new("draft-vocab.json");
+    let counts = TokenCounts::count("test", [5u32, 7, 5, 9, 5, 7]);
+    assert_eq!(counts.tokens, vec![(5, 3), (7, 2), (9, 1)]);
+    assert!((counts.coverage(2) - 5.0 / 6.0).abs() < 1e-12);
+    assert_eq!(counts.top(2, 64, path).unwrap(), vec![5, 7]);
+    assert_eq!(counts.top(10, 64, path).unwrap(), vec![5, 7, 9]);
+    let e = counts.top(3, 8, path).unwrap_err().to_string();
+    assert!(e.contains("9") && e.contains("vocabulary of 8"), "{e}");
+    let e = counts.top(0, 64, path).unwrap_err().to_string();
+    assert!(e.contains("at least one token"), "{e}");
+    let twice = TokenCounts {
+        source: String::new(),
+        tokens: vec![(3, 2), (3, 1)],
+    };
+    let e = twice.top(2, 64, path).unwrap_err().to_string();
+    assert!(e.contains("listed twice"), "{e}");
+    // A round trip through the file, and a broken file named in the error.
+    let dir = std::env::temp_dir().join(format!("toki-draft-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("draft-vocab.json");
+    counts.write(&file).unwrap();
+    assert_eq!(TokenCounts::read(&file).unwrap(), counts);
+    std::fs::write(&file, "{\"tokens\": [[1, 2], [3]]}").unwrap();
+    let e = TokenCounts::read(&file).unwrap_err().to_string();
+    assert!(e.contains("draft-vocab.json"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -1,8 +1,8 @@
 //! Golden equivalence on tiny random models: speculative greedy == plain greedy, token for
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
-use toki_decode::{Prompt, Request, Tree, TreePolicy, TreePreset};
-use toki_model::{HeadKind, HeadsConfig, MedusaHeads};
+use toki_decode::{HeadProposer, Prompt, Request, Tree, TreePolicy, TreePreset};
+use toki_model::{DraftVocab, HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
 
 fn heads_config(k: usize, kind: HeadKind) -> HeadsConfig {
@@ -56,8 +56,27 @@ fn speculative_equals_plain_on_tiny_models() {
                 vocab: 64,
                 noise: true,
             };
-            let proposers: Vec<Box<dyn toki_decode::proposer::Proposer>> =
-                vec![Box::new(random), Box::new(untrained), Box::new(oracle)];
+            // The same heads scoring only a draft vocabulary (every third token, then
+            // the rest of the first 40): proposals outside it are impossible, output not.
+            let draft_ids: Vec<u32> = (0..64).step_by(3).chain(1..40).fold(vec![], |mut v, t| {
+                if !v.contains(&t) {
+                    v.push(t);
+                }
+                v
+            });
+            let draft = |heads: MedusaHeads| {
+                let d = DraftVocab::new(draft_ids.clone(), &heads, plain_engine.model()).unwrap();
+                HeadProposer::with_draft(heads, d)
+            };
+            let random_draft = draft(random.clone());
+            let untrained_draft = draft(untrained.clone());
+            let proposers: Vec<Box<dyn toki_decode::proposer::Proposer>> = vec![
+                Box::new(HeadProposer::new(random)),
+                Box::new(HeadProposer::new(untrained)),
+                Box::new(oracle),
+                Box::new(random_draft),
+                Box::new(untrained_draft),
+            ];
             for (pi, proposer) in proposers.into_iter().enumerate() {
                 let engine = tiny_engine(seed, kv, tied)
                     .with_proposer(proposer, tree.clone())
@@ -86,7 +105,7 @@ fn speculative_equals_plain_on_tiny_models() {
             }
         }
     }
-    assert_eq!(checked, 4 * 8 * 3);
+    assert_eq!(checked, 4 * 8 * 5);
     assert!(
         accepted_somewhere,
         "no proposal was ever accepted: the test would not see a wrong acceptance"

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use serde::Deserialize;
+use toki_model::TokenCounts;
 use toki_model::tokenizer::{Message, Tokenizer};
 
 use crate::error::{Result, TrainError};
@@ -19,6 +20,19 @@ use crate::error::{Result, TrainError};
 pub struct Document {
     pub tokens: Vec<u32>,
     pub target: Vec<bool>,
+}
+
+/// Counts of the target tokens of `docs`, most frequent first: the heads' draft
+/// vocabulary (`toki train` writes it next to the heads as `draft-vocab.json`).
+pub fn target_counts(docs: &[Document], source: impl Into<String>) -> TokenCounts {
+    let targets = docs.iter().flat_map(|d| {
+        d.tokens
+            .iter()
+            .zip(&d.target)
+            .filter(|(_, t)| **t)
+            .map(|(&tok, _)| tok)
+    });
+    TokenCounts::count(source, targets)
 }
 
 /// A packed training sequence (the base runs each one from position 0).

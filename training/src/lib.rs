@@ -18,7 +18,7 @@ pub mod hidden;
 pub mod optim;
 pub mod trainer;
 
-pub use data::{Document, Sequence, load_documents, pack};
+pub use data::{Document, Sequence, load_documents, pack, target_counts};
 pub use error::{Result, TrainError};
 pub use hidden::HiddenSet;
 pub use trainer::{Event, TrainConfig, Trainer};

@@ -2,6 +2,7 @@
 
 mod backend;
 mod cmd;
+mod heads;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +31,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Measure verification cost and head acceptance here; write the best tree.
     Calibrate(cmd::calibrate::Args),
+    /// Count the tokens of head-training data: the heads' draft vocabulary.
+    DraftVocab(cmd::draft_vocab::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -48,6 +51,7 @@ fn main() -> std::process::ExitCode {
         Command::Train(a) => cmd::train::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
+        Command::DraftVocab(a) => cmd::draft_vocab::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -140,6 +140,27 @@ fn bad_tree_and_bad_heads() {
         ],
     );
     assert!(ok, "{err}");
+    // A draft vocabulary asked for but not there, then one that does not fit the model.
+    let with = |extra: &[&str]| {
+        let mut args = vec!["--prompt", "t5", "--heads", heads.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        generate(&dir, &args)
+    };
+    let (ok, err) = with(&["--draft-vocab", "16"]);
+    assert_one_line_error(ok, &err, "draft-vocab.json does not exist");
+    let file = heads.join("draft-vocab.json");
+    std::fs::write(&file, r#"{"tokens": [[3, 9], [99, 4]]}"#).unwrap();
+    let (ok, err) = with(&[]);
+    assert_one_line_error(ok, &err, "outside the model's vocabulary of 64");
+    std::fs::write(&file, r#"{"tokens": [[3, 9], [7, 4]]}"#).unwrap();
+    let (ok, err) = with(&["--tree", "medium"]);
+    assert_one_line_error(
+        ok,
+        &err,
+        "asks for 3 proposals per head but the heads rank only 2",
+    );
+    let (ok, err) = with(&["--tree", "chain-2", "--max-new-tokens", "4"]);
+    assert!(ok, "{err}");
 }
 
 #[test]

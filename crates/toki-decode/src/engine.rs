@@ -12,7 +12,7 @@ use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision, Ro
 use crate::acceptance::{AcceptRule, Acceptance, Lossless, Typical};
 use crate::adapt::Estimates;
 use crate::error::{DecodeError, Result};
-use crate::proposer::Proposer;
+use crate::proposer::{HeadProposer, Proposer};
 use crate::request::{Output, Prompt, Request};
 use crate::tree::{Tree, TreeBuffers};
 
@@ -123,7 +123,7 @@ impl Engine {
 
     /// Decode speculatively with `heads` filling `tree` (checked against the heads).
     pub fn with_heads(self, heads: MedusaHeads, tree: Tree) -> Result<Self> {
-        self.with_proposer(Box::new(heads), tree)
+        self.with_proposer(Box::new(HeadProposer::new(heads)), tree)
     }
 
     /// Decode speculatively with any proposer filling `tree`.
@@ -133,6 +133,13 @@ impl Engine {
                 "the tree is {} deep but there are {} heads",
                 tree.depth(),
                 heads.num_heads()
+            )));
+        }
+        let widest = tree.top_k().iter().copied().max().unwrap_or(0);
+        if widest > heads.max_rank() {
+            return Err(DecodeError::Tree(format!(
+                "the tree asks for {widest} proposals per head but the heads rank only {} (draft vocabulary size)",
+                heads.max_rank()
             )));
         }
         let buffers = tree.buffers(&self.device());

@@ -29,6 +29,7 @@ pub use acceptance::{AcceptRule, Acceptance};
 pub use adapt::TreePolicy;
 pub use engine::{Emitted, Engine, EngineOptions, Speculation};
 pub use error::{DecodeError, Result};
+pub use proposer::{HeadProposer, Proposer};
 pub use request::{FinishReason, Output, Prompt, Request, Stats};
 pub use sampling::{SampleParams, Sampling};
 pub use tree::{Tree, TreeBuffers, TreePreset};

@@ -1,7 +1,7 @@
 //! The proposer: Medusa heads read the last accepted hidden state and fill the tree.
 
 use burn::tensor::Tensor;
-use toki_model::{LlamaModel, MedusaHeads};
+use toki_model::{DraftVocab, LlamaModel, MedusaHeads};
 
 use crate::error::{DecodeError, Result};
 use crate::tree::Tree;
@@ -34,32 +34,86 @@ pub struct StepInput<'a> {
 pub trait Proposer: Send + Sync {
     /// How many heads (tree depth) it can fill.
     fn num_heads(&self) -> usize;
+    /// How many proposals per head it can rank (a draft vocabulary's size).
+    fn max_rank(&self) -> usize {
+        usize::MAX
+    }
     /// `ranked[h]`: head h's proposals, best first, at least `tree.top_k()[h]` of them.
     fn rank(&self, input: StepInput<'_>, tree: &Tree) -> Result<Vec<Vec<u32>>>;
 }
 
-impl Proposer for MedusaHeads {
+/// Medusa heads as a proposer, scoring the whole vocabulary or a [`DraftVocab`].
+pub struct HeadProposer {
+    heads: MedusaHeads,
+    draft: Option<DraftVocab>,
+}
+
+impl HeadProposer {
+    /// Heads scoring the whole vocabulary.
+    pub fn new(heads: MedusaHeads) -> Self {
+        Self { heads, draft: None }
+    }
+
+    /// Heads scoring only `draft`'s tokens (built for these heads and this base).
+    pub fn with_draft(heads: MedusaHeads, draft: DraftVocab) -> Self {
+        Self {
+            heads,
+            draft: Some(draft),
+        }
+    }
+
+    pub fn heads(&self) -> &MedusaHeads {
+        &self.heads
+    }
+
+    pub fn draft(&self) -> Option<&DraftVocab> {
+        self.draft.as_ref()
+    }
+
+    /// Token of logits column `col` (the identity without a draft vocabulary).
+    pub fn token(&self, col: usize) -> u32 {
+        match &self.draft {
+            Some(d) => d.ids()[col],
+            None => col as u32,
+        }
+    }
+
+    /// Logits of the first `depth` heads for hidden states [R, D]: [depth, R, C] flattened
+    /// (C columns: the vocabulary or the draft vocabulary), read back in one transfer.
+    pub fn logits(
+        &self,
+        hidden: Tensor<2>,
+        base: &LlamaModel,
+        depth: usize,
+    ) -> Result<(Vec<f32>, usize)> {
+        let per_head = match &self.draft {
+            Some(d) => d.logits(&self.heads, hidden),
+            None => self.heads.forward(hidden, base),
+        };
+        let logits = Tensor::cat(per_head.into_iter().take(depth).collect(), 0); // [depth*R, C]
+        let [_, cols] = logits.dims();
+        let flat = logits.try_into_vec_as().map_err(DecodeError::device)?;
+        Ok((flat, cols))
+    }
+}
+
+impl Proposer for HeadProposer {
     fn num_heads(&self) -> usize {
-        MedusaHeads::num_heads(self)
+        self.heads.num_heads()
+    }
+
+    fn max_rank(&self) -> usize {
+        self.draft.as_ref().map_or(usize::MAX, |d| d.len())
     }
 
     fn rank(&self, input: StepInput<'_>, tree: &Tree) -> Result<Vec<Vec<u32>>> {
         let depth = tree.depth();
-        // [depth, vocab]: only the heads the tree uses, read back in one transfer.
-        let logits = Tensor::cat(
-            self.forward(input.hidden, input.base)
-                .into_iter()
-                .take(depth)
-                .collect(),
-            0,
-        );
-        let [_, vocab] = logits.dims();
-        let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
+        let (flat, cols) = self.logits(input.hidden, input.base, depth)?; // [depth, C]
         Ok((0..depth)
             .map(|h| {
-                top_k(&flat[h * vocab..(h + 1) * vocab], tree.top_k()[h])
+                top_k(&flat[h * cols..(h + 1) * cols], tree.top_k()[h])
                     .into_iter()
-                    .map(|t| t as u32)
+                    .map(|c| self.token(c))
                     .collect()
             })
             .collect())

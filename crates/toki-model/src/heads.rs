@@ -361,18 +361,28 @@ impl MedusaHeads {
         self.heads.len()
     }
 
-    /// Logits of every head for hidden states [R, D]: K tensors [R, vocab], f32.
-    pub fn forward(&self, hidden: Tensor<2>, base: &LlamaModel) -> Vec<Tensor<2>> {
-        let [r, _] = hidden.dims();
-        let xs: Vec<Tensor<2>> = self
-            .heads
+    /// Every head's residual-block output for hidden states [R, D]: K tensors [R, D], the
+    /// input of its vocabulary projection.
+    pub fn features(&self, hidden: Tensor<2>) -> Vec<Tensor<2>> {
+        self.heads
             .iter()
             .map(|head| {
                 head.blocks.iter().fold(hidden.clone(), |x, blk| {
                     x.clone() + silu(blk.linear.forward(x))
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// Head `h`'s own vocabulary projection ([D, vocab] weight); `None` for the shared kind.
+    pub fn own_lm_head(&self, h: usize) -> Option<&Linear> {
+        self.heads.get(h).and_then(|head| head.lm_head.as_ref())
+    }
+
+    /// Logits of every head for hidden states [R, D]: K tensors [R, vocab], f32.
+    pub fn forward(&self, hidden: Tensor<2>, base: &LlamaModel) -> Vec<Tensor<2>> {
+        let [r, _] = hidden.dims();
+        let xs = self.features(hidden);
         match self.config.kind {
             // One projection for all heads: a single [K*R, D] x [D, V] matmul reads the
             // vocabulary matrix once instead of K times.

@@ -5,12 +5,14 @@
 //! - [`llama`]: the decoder; forward with explicit positions, mask and cache
 //! - [`rope`], [`cache`]: the explicit state a forward takes
 //! - [`gguf`], [`convert`]: llama.cpp files → an HF folder
+//! - [`heads`], [`draft`]: Medusa heads, and the draft vocabulary they may score
 //! - [`kernels`]: the CPU fast path for small steps (weights streamed once)
 //! - [`tokenizer`]: tokenizer.json and the chat template
 
 pub mod cache;
 pub mod config;
 pub mod convert;
+pub mod draft;
 pub mod error;
 pub mod gguf;
 pub mod heads;
@@ -23,6 +25,7 @@ pub mod weights;
 
 pub use cache::KvCache;
 pub use config::LlamaConfig;
+pub use draft::{DraftVocab, TokenCounts};
 pub use error::{ModelError, Result};
 pub use heads::{HeadKind, HeadsConfig, MedusaHeads};
 pub use llama::{AttnMask, LlamaModel, Precision};

@@ -78,7 +78,7 @@ pub struct Proj {
 }
 
 /// `x` [T, in] -> `x Wᵀ` [T, out] on the host kernel.
-fn host_matmul(w: &HostWeight, x: Tensor<2>) -> Tensor<2> {
+pub(crate) fn host_matmul(w: &HostWeight, x: Tensor<2>) -> Tensor<2> {
     let [t, _] = x.dims();
     let device = x.device();
     let x: Vec<f32> = x

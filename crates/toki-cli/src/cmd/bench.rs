@@ -13,13 +13,15 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::json;
-use toki_decode::{Engine, EngineOptions, Output, Prompt, Request, Sampling, TreePolicy};
-use toki_model::MedusaHeads;
+use toki_decode::{
+    Engine, EngineOptions, HeadProposer, Output, Prompt, Proposer, Request, Sampling, TreePolicy,
+};
 use toki_model::tokenizer::Message;
 
 use super::bench_report;
 use super::generate::{AcceptanceArgs, SamplingArgs, load_tree};
 use crate::backend::{self, Backend};
+use crate::heads::{self, DraftArg};
 
 /// The model and heads that `bench` and `calibrate` load, and where they run.
 #[derive(clap::Args)]
@@ -29,17 +31,18 @@ pub struct ModelAndHeads {
     /// Medusa heads folder.
     #[arg(long)]
     pub heads: PathBuf,
+    #[command(flatten)]
+    pub draft: DraftArg,
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
 }
 
 impl ModelAndHeads {
-    pub fn load(&self) -> Result<(Engine, MedusaHeads)> {
+    pub fn load(&self) -> Result<(Engine, HeadProposer)> {
         let device = backend::device(self.backend)?;
         let engine = Engine::load(&self.model, &device, &EngineOptions::default())
             .with_context(|| format!("loading {}", self.model.display()))?;
-        let heads = MedusaHeads::load(&self.heads, engine.model())
-            .with_context(|| format!("loading heads {}", self.heads.display()))?;
+        let heads = heads::load(&self.heads, &engine, self.draft)?;
         Ok((engine, heads))
     }
 }
@@ -210,7 +213,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let tree_nodes = tree.len();
     tracing::info!("tree of {} nodes, depth {}", tree.len(), tree.depth());
-    let engine = engine.with_heads(heads, tree)?;
+    let engine = engine.with_proposer(Box::new(heads), tree)?;
     let spec_policy = if a.no_adapt {
         TreePolicy::Always
     } else {

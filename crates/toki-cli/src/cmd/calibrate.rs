@@ -16,8 +16,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::Serialize;
-use toki_decode::{Engine, Prompt, Request, Tree, TreePolicy};
-use toki_model::{AttnMask, MedusaHeads, RopeTables};
+use toki_decode::proposer::top_k;
+use toki_decode::{Engine, HeadProposer, Prompt, Proposer, Request, Tree, TreePolicy};
+use toki_model::{AttnMask, RopeTables};
 
 const MAX_NODES: usize = 64;
 const MAX_RANK: usize = 10;
@@ -80,7 +81,7 @@ pub fn run(a: Args) -> Result<()> {
 /// Measure and choose (see the module docs).
 pub fn auto_tree(
     engine: &Engine,
-    heads: &MedusaHeads,
+    heads: &HeadProposer,
     prompts: &[Prompt],
     max_new: usize,
 ) -> Result<Calibration> {
@@ -130,7 +131,7 @@ fn time(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
 }
 
 /// Verification cost of 1..=64 nodes over a 128-token cache, and one heads pass.
-fn costs(engine: &Engine, heads: &MedusaHeads) -> Result<(Vec<f64>, f64)> {
+fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
     let model = engine.model();
     let device = model.device();
     let prefix = 128;
@@ -180,11 +181,13 @@ fn costs(engine: &Engine, heads: &MedusaHeads) -> Result<(Vec<f64>, f64)> {
             }
         })
         .collect();
+    // One proposal pass as decoding runs it: every head, read back, ranked.
+    let k = heads.num_heads();
     let heads_s = time(|| {
-        let logits = Tensor::cat(heads.forward(last.clone(), model), 0);
-        let _: Vec<f32> = logits
-            .try_into_vec_as()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (flat, cols) = heads.logits(last.clone(), model, k)?;
+        for h in 0..k {
+            top_k(&flat[h * cols..(h + 1) * cols], MAX_RANK.min(cols));
+        }
         Ok(())
     })?;
     Ok((cost, heads_s))
@@ -193,15 +196,24 @@ fn costs(engine: &Engine, heads: &MedusaHeads) -> Result<(Vec<f64>, f64)> {
 /// a(k, r) over the base's greedy continuations of `prompts`.
 fn head_acceptance(
     engine: &Engine,
-    heads: &MedusaHeads,
+    heads: &HeadProposer,
     prompts: &[Prompt],
     max_new: usize,
 ) -> Result<Vec<Vec<f64>>> {
     let model = engine.model();
     let device = model.device();
     let k = heads.num_heads();
-    let mut hits = vec![vec![0f64; MAX_RANK]; k];
+    // Ranks a proposer cannot give (beyond a draft vocabulary) are left out of the tree.
+    let ranks = MAX_RANK.min(heads.max_rank());
+    let mut hits = vec![vec![0f64; ranks]; k];
     let mut total = vec![0f64; k];
+    // Logits column of each vocabulary token (None: outside the draft vocabulary).
+    let vocab = model.config().vocab_size;
+    let mut column: Vec<Option<usize>> = vec![None; vocab];
+    let cols = heads.draft().map_or(vocab, |d| d.len());
+    for c in 0..cols {
+        column[heads.token(c) as usize] = Some(c);
+    }
     for prompt in prompts {
         let out = engine.generate(&Request {
             tree_policy: TreePolicy::Never,
@@ -219,20 +231,22 @@ fn head_acceptance(
         // From the last prompt token on: the positions decoding proposes from.
         let start = out.prompt_ids.len() - 1;
         let hidden = hidden.slice([start..t]);
-        for (h, logits) in heads.forward(hidden, model).into_iter().enumerate() {
-            let [rows, vocab] = logits.dims();
-            let flat: Vec<f32> = logits
-                .try_into_vec_as()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let rows = t - start;
+        let (flat, cols) = heads.logits(hidden, model, k)?; // [k, rows, cols]
+        for h in 0..k {
             for i in 0..rows {
                 let Some(&target) = seq.get(start + i + h + 2) else {
                     break;
                 };
-                let row = &flat[i * vocab..(i + 1) * vocab];
-                let tl = row[target as usize];
-                let rank = row.iter().filter(|&&x| x > tl).count();
                 total[h] += 1.0;
-                if rank < MAX_RANK {
+                // A token outside the draft vocabulary cannot be proposed: a miss.
+                let Some(col) = column[target as usize] else {
+                    continue;
+                };
+                let row = &flat[(h * rows + i) * cols..(h * rows + i + 1) * cols];
+                let tl = row[col];
+                let rank = row.iter().filter(|&&x| x > tl).count();
+                if rank < ranks {
                     hits[h][rank] += 1.0;
                 }
             }

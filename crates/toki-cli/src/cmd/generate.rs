@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
-use toki_decode::{Acceptance, Engine, EngineOptions, Prompt, Request, Sampling};
+use toki_decode::{Acceptance, Engine, EngineOptions, Prompt, Proposer, Request, Sampling};
 use toki_decode::{Tree, TreePreset};
+use toki_model::Precision;
 use toki_model::tokenizer::Message;
-use toki_model::{MedusaHeads, Precision};
 
 use crate::backend::{self, Backend};
 
@@ -121,6 +121,8 @@ pub struct Args {
     /// medusa_lm_head.safetensors + config.json): decode speculatively.
     #[arg(long)]
     heads: Option<PathBuf>,
+    #[command(flatten)]
+    draft: crate::heads::DraftArg,
     /// Candidate tree: a JSON file of paths, or a preset (chain-N, small, medium, medusa-63).
     #[arg(long, default_value = "small")]
     tree: String,
@@ -159,10 +161,9 @@ pub fn run(a: Args) -> Result<()> {
     let mut engine = Engine::load(&a.model, &device, &options)
         .with_context(|| format!("loading {}", a.model.display()))?;
     if let Some(dir) = &a.heads {
-        let heads = MedusaHeads::load(dir, engine.model())
-            .with_context(|| format!("loading heads {}", dir.display()))?;
+        let heads = crate::heads::load(dir, &engine, a.draft)?;
         let tree = load_tree(&a.tree, heads.num_heads())?;
-        engine = engine.with_heads(heads, tree)?;
+        engine = engine.with_proposer(Box::new(heads), tree)?;
     }
     let prompt = if a.chat {
         Prompt::Chat(vec![Message::user(a.prompt.clone())])

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use toki_decode::{Engine, EngineOptions};
 use toki_model::HeadKind;
-use toki_train::{Event, HiddenSet, TrainConfig, Trainer, load_documents, pack};
+use toki_train::{Event, HiddenSet, TrainConfig, Trainer, load_documents, pack, target_counts};
 
 use crate::backend::{self, Backend};
 
@@ -109,6 +109,12 @@ pub fn run(a: Args) -> Result<()> {
         a.seq_len
     );
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    // The heads' draft vocabulary: the training targets' token counts.
+    let source: Vec<String> = a.data.iter().map(|p| p.display().to_string()).collect();
+    let draft = a.out.join(crate::heads::DRAFT_FILE);
+    target_counts(&docs, source.join(", "))
+        .write(&draft)
+        .with_context(|| format!("writing {}", draft.display()))?;
 
     let data = hidden_states(&a, base, &seqs)?;
     let config = TrainConfig {

@@ -1,0 +1,49 @@
+//! Loading Medusa heads as a proposer, with the draft vocabulary stored next to them.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use toki_decode::{Engine, HeadProposer};
+use toki_model::{DraftVocab, MedusaHeads, TokenCounts};
+
+/// The file `toki train` and `toki draft-vocab` write into a heads folder.
+pub const DRAFT_FILE: &str = "draft-vocab.json";
+/// Draft vocabulary size used when the heads folder has a draft file and none is asked.
+pub const DEFAULT_DRAFT: usize = 4096;
+
+/// `--draft-vocab`: how many tokens the heads score.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct DraftArg {
+    /// Heads score only the N most frequent tokens of their training data (from
+    /// `draft-vocab.json` in the heads folder; default 4096 when the file is there);
+    /// 0 scores the whole vocabulary. Output is unchanged either way.
+    #[arg(long = "draft-vocab")]
+    pub size: Option<usize>,
+}
+
+/// Heads from `dir` for `engine`'s model, with their draft vocabulary where there is one.
+pub fn load(dir: &Path, engine: &Engine, draft: DraftArg) -> Result<HeadProposer> {
+    let base = engine.model();
+    let heads =
+        MedusaHeads::load(dir, base).with_context(|| format!("loading heads {}", dir.display()))?;
+    let file = dir.join(DRAFT_FILE);
+    let size = match (draft.size, file.exists()) {
+        (Some(0), _) | (None, false) => return Ok(HeadProposer::new(heads)),
+        (Some(n), true) => n,
+        (None, true) => DEFAULT_DRAFT,
+        (Some(_), false) => bail!(
+            "--draft-vocab: {} does not exist (write it with `toki draft-vocab`, or pass --draft-vocab 0)",
+            file.display()
+        ),
+    };
+    let counts = TokenCounts::read(&file)?;
+    let ids = counts.top(size, base.config().vocab_size, &file)?;
+    tracing::info!(
+        "draft vocabulary: {} tokens covering {:.1}% of {}",
+        ids.len(),
+        100.0 * counts.coverage(ids.len()),
+        counts.source
+    );
+    let vocab = DraftVocab::new(ids, &heads, base)?;
+    Ok(HeadProposer::with_draft(heads, vocab))
+}
