@@ -211,3 +211,51 @@ fn heads_for_another_hidden_size_are_refused() {
         .expect("refused");
     assert!(e.to_string().contains("hidden size"), "{e}");
 }
+
+#[test]
+fn heads_train_on_a_draft_vocabulary() {
+    let dir = scratch("draft");
+    let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let data = hidden(&model, &tok, &pattern_file(&dir));
+    // The pattern uses t5..t11 equally; t10 and t11 are left out of the draft vocabulary.
+    let draft: Vec<u32> = vec![5, 6, 7, 8, 9];
+    for kind in [toki_model::HeadKind::Shared, toki_model::HeadKind::Own] {
+        let cfg = TrainConfig {
+            kind,
+            draft_vocab: draft.clone(),
+            ..config(30)
+        };
+        let mut t = Trainer::new(&model, &data, cfg, 5).expect("trainer");
+        let mut losses = vec![];
+        let out = dir.join(format!("out-{kind:?}"));
+        t.run(&out, &AtomicBool::new(false), |e| {
+            if let Event::Step { loss, .. } = e {
+                losses.push(*loss);
+            }
+        })
+        .expect("training runs");
+        let first: f32 = losses[..5].iter().sum::<f32>() / 5.0;
+        let last: f32 = losses[25..].iter().sum::<f32>() / 5.0;
+        assert!(last < 0.7 * first, "{kind:?}: {first} -> {last}");
+        let heads = MedusaHeads::load(&out, &model).expect("heads load");
+        assert_eq!(heads.config().draft_vocab, 5, "heads.json records the size");
+        // Targets outside the draft count as misses: top-1 is at most 5/7.
+        let report = t.evaluate().expect("eval");
+        assert!(
+            report.top1[0] > 0.4 && report.top1[0] <= 5.0 / 7.0 + 0.05,
+            "{kind:?}: held-out top-1 {:?}",
+            report.top1
+        );
+    }
+    for (bad, needle) in [
+        (vec![5, 5], "twice"),
+        (vec![5, 99], "outside the vocabulary"),
+    ] {
+        let cfg = TrainConfig {
+            draft_vocab: bad,
+            ..config(2)
+        };
+        let e = Trainer::new(&model, &data, cfg, 5).err().expect("refused");
+        assert!(e.to_string().contains(needle), "{e}");
+    }
+}

@@ -14,7 +14,7 @@ use burn::tensor::activation::{log_softmax, silu};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use toki_model::weights::WeightSource;
-use toki_model::{HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError};
+use toki_model::{DraftVocab, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError};
 
 use crate::checkpoint;
 use crate::error::{Result, TrainError};
@@ -49,6 +49,11 @@ pub struct TrainConfig {
     pub eval_every: usize,
     /// Most held-out rows an evaluation reads.
     pub eval_rows: usize,
+    /// Score only these tokens (a draft vocabulary, most frequent first); empty: the whole
+    /// vocabulary. Targets outside it are skipped in the loss and count as misses in the
+    /// held-out metrics: decoding cannot propose them.
+    #[serde(default)]
+    pub draft_vocab: Vec<u32>,
 }
 
 impl Default for TrainConfig {
@@ -70,6 +75,7 @@ impl Default for TrainConfig {
             checkpoint_every: 100,
             eval_every: 200,
             eval_rows: 2048,
+            draft_vocab: vec![],
         }
     }
 }
@@ -102,6 +108,15 @@ pub enum Event {
     },
 }
 
+/// One micro-batch as host data (see [`Trainer::batch`]).
+struct Batch {
+    x: Vec<f32>,
+    targets: Vec<i64>,
+    weights: Vec<f32>,
+    counts: Vec<f32>,
+    outside: Vec<f32>,
+}
+
 /// A training row: the position whose hidden state is read, and its sequence's end.
 #[derive(Debug, Clone, Copy)]
 struct Row {
@@ -122,6 +137,8 @@ pub struct Trainer<'a> {
     train_rows: Vec<Row>,
     held_rows: Vec<Row>,
     perm: Option<(usize, Vec<u32>)>,
+    /// Logits column of each vocabulary token (-1: outside the draft vocabulary).
+    column: Vec<i64>,
 }
 
 impl<'a> Trainer<'a> {
@@ -150,7 +167,30 @@ impl<'a> Trainer<'a> {
         }
         let heads = HeadsConfig {
             base_model: c.model_type.clone(),
+            draft_vocab: config.draft_vocab.len(),
             ..HeadsConfig::for_model(config.kind, config.num_heads, config.num_layers, c)
+        };
+        let column: Vec<i64> = if config.draft_vocab.is_empty() {
+            (0..c.vocab_size as i64).collect()
+        } else {
+            let mut col = vec![-1i64; c.vocab_size];
+            for (j, &id) in config.draft_vocab.iter().enumerate() {
+                match col.get_mut(id as usize) {
+                    Some(x) if *x < 0 => *x = j as i64,
+                    Some(_) => {
+                        return Err(TrainError::Config(format!(
+                            "draft vocabulary lists token {id} twice"
+                        )));
+                    }
+                    None => {
+                        return Err(TrainError::Config(format!(
+                            "draft vocabulary token {id} is outside the vocabulary of {}",
+                            c.vocab_size
+                        )));
+                    }
+                }
+            }
+            col
         };
         let names = MedusaHeads::tensor_names(&heads);
         let lm_rows = lm_head_rows(base)?; // [V * D] as [V, D], only for the own kind
@@ -184,6 +224,16 @@ impl<'a> Trainer<'a> {
             train_rows,
             held_rows,
             perm: None,
+            column,
+        })
+    }
+
+    /// The draft vocabulary's ids as a tensor (`None`: the whole vocabulary).
+    fn draft_ids(&self, device: &Device) -> Option<Tensor<1, Int>> {
+        let ids = &self.config.draft_vocab;
+        (!ids.is_empty()).then(|| {
+            let v: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+            Tensor::from_data(TensorData::new(v, [ids.len()]), device)
         })
     }
 
@@ -328,35 +378,55 @@ impl<'a> Trainer<'a> {
             .collect()
     }
 
-    /// Hidden states [B, D] and, per head, targets [K * B] and weights [K * B] (1 where the
-    /// target exists), plus the count of targets per head.
-    fn batch(&self, rows: &[Row]) -> (Vec<f32>, Vec<i64>, Vec<f32>, Vec<f32>) {
+    /// Hidden states [B, D] and, per head, targets [K * B] (logits columns) and weights
+    /// [K * B] (1 where the target exists and can be scored), plus the count of targets per
+    /// head and of the targets outside the draft vocabulary per head.
+    fn batch(&self, rows: &[Row]) -> Batch {
         let d = self.data.hidden_size;
         let k = self.config.num_heads;
         let mut x = Vec::with_capacity(rows.len() * d);
         let mut targets = vec![0i64; k * rows.len()];
         let mut weights = vec![0f32; k * rows.len()];
         let mut counts = vec![0f32; k];
+        let mut outside = vec![0f32; k];
         for (i, r) in rows.iter().enumerate() {
             let at = r.at as usize;
             x.extend_from_slice(&self.data.hidden[at * d..(at + 1) * d]);
             for h in 0..k {
                 let j = at + h + 2;
                 if j < r.end as usize && self.data.target[j] {
-                    targets[h * rows.len() + i] = self.data.tokens[j] as i64;
-                    weights[h * rows.len() + i] = 1.0;
-                    counts[h] += 1.0;
+                    // Targets as logits columns; outside the draft vocabulary: no loss.
+                    let col = self.column[self.data.tokens[j] as usize];
+                    if col >= 0 {
+                        targets[h * rows.len() + i] = col;
+                        weights[h * rows.len() + i] = 1.0;
+                        counts[h] += 1.0;
+                    } else {
+                        outside[h] += 1.0;
+                    }
                 }
             }
         }
-        (x, targets, weights, counts)
+        Batch {
+            x,
+            targets,
+            weights,
+            counts,
+            outside,
+        }
     }
 
     /// Weighted loss, per-head losses and the gradient of every parameter.
     fn loss_and_grads(&self, rows: &[Row]) -> Result<(f32, Vec<f32>, Vec<Vec<f32>>)> {
         let ad = self.base.device().autodiff();
         let (b, d, k) = (rows.len(), self.data.hidden_size, self.config.num_heads);
-        let (x, targets, weights, counts) = self.batch(rows);
+        let Batch {
+            x,
+            targets,
+            weights,
+            counts,
+            ..
+        } = self.batch(rows);
         let params: Vec<Tensor<2>> = self
             .params
             .iter()
@@ -367,8 +437,12 @@ impl<'a> Trainer<'a> {
             })
             .collect();
         let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &ad); // [B, D]
-        let lm = self.base.lm_head().weight.val().cast(DType::F32).autodiff(); // [D, V]
-        let logits = head_logits(&params, &self.heads, x, &lm); // [K*B, V]
+        let draft = self.draft_ids(&ad);
+        let mut lm = self.base.lm_head().weight.val().cast(DType::F32).autodiff(); // [D, V]
+        if let Some(ids) = &draft {
+            lm = lm.select(1, ids.clone()); // [D, N]
+        }
+        let logits = head_logits(&params, &self.heads, x, &lm, draft.as_ref()); // [K*B, V or N]
         let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [k * b]), &ad);
         let picked = log_softmax(logits, 1)
             .gather(1, targets.reshape([k * b, 1]))
@@ -399,10 +473,20 @@ impl<'a> Trainer<'a> {
     }
 
     /// Per-head top-1 / top-5 accuracy and loss on the held-out rows, through the same
-    /// head forward decoding uses.
+    /// head forward decoding uses (over the draft vocabulary where there is one; the loss
+    /// then covers the targets inside it).
     pub fn evaluate(&self) -> Result<EvalReport> {
         let device = self.base.device();
         let heads = self.heads(&device)?;
+        let draft = if self.config.draft_vocab.is_empty() {
+            None
+        } else {
+            Some(DraftVocab::new(
+                self.config.draft_vocab.clone(),
+                &heads,
+                self.base,
+            )?)
+        };
         let k = self.config.num_heads;
         let (mut hit1, mut hit5, mut nll, mut n) =
             (vec![0f64; k], vec![0f64; k], vec![0f64; k], vec![0f64; k]);
@@ -415,9 +499,21 @@ impl<'a> Trainer<'a> {
         let d = self.data.hidden_size;
         for chunk in rows.chunks(self.config.batch.max(16)) {
             let b = chunk.len();
-            let (x, targets, weights, _) = self.batch(chunk);
+            let Batch {
+                x,
+                targets,
+                weights,
+                outside,
+                ..
+            } = self.batch(chunk);
             let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &device);
-            for (h, logits) in heads.forward(x, self.base).into_iter().enumerate() {
+            let per_head = match &draft {
+                Some(v) => v.logits(&heads, x),
+                None => heads.forward(x, self.base),
+            };
+            for (h, logits) in per_head.into_iter().enumerate() {
+                // Targets decoding cannot propose: misses.
+                n[h] += outside[h] as f64;
                 let t: Vec<i64> = targets[h * b..(h + 1) * b].to_vec();
                 let t =
                     Tensor::<1, Int>::from_data(TensorData::new(t, [b]), &device).reshape([b, 1]);
@@ -454,9 +550,16 @@ impl<'a> Trainer<'a> {
     }
 }
 
-/// Logits [K * B, V] of every head (head-major) for hidden states x [B, D]. `params` in
-/// [`MedusaHeads::tensor_names`] order; `lm` the base lm_head [D, V] (the shared kind).
-fn head_logits(params: &[Tensor<2>], cfg: &HeadsConfig, x: Tensor<2>, lm: &Tensor<2>) -> Tensor<2> {
+/// Logits [K * B, V] (or [K * B, N] over a draft vocabulary `draft` [N]) of every head
+/// (head-major) for hidden states x [B, D]. `params` in [`MedusaHeads::tensor_names`]
+/// order; `lm` the base lm_head [D, V], already cut to the draft columns (the shared kind).
+fn head_logits(
+    params: &[Tensor<2>],
+    cfg: &HeadsConfig,
+    x: Tensor<2>,
+    lm: &Tensor<2>,
+    draft: Option<&Tensor<1, Int>>,
+) -> Tensor<2> {
     let per_head = 2 * cfg.num_layers + usize::from(cfg.kind == HeadKind::Own);
     let d = cfg.hidden_size;
     let outs: Vec<Tensor<2>> = params
@@ -469,7 +572,14 @@ fn head_logits(params: &[Tensor<2>], cfg: &HeadsConfig, x: Tensor<2>, lm: &Tenso
             }); // [B, D]
             match cfg.kind {
                 HeadKind::Shared => h,
-                HeadKind::Own => h.matmul(p[2 * cfg.num_layers].clone().transpose()), // [B, V]
+                HeadKind::Own => {
+                    let w = p[2 * cfg.num_layers].clone(); // [V, D]
+                    let w = match draft {
+                        Some(ids) => w.select(0, ids.clone()), // [N, D]
+                        None => w,
+                    };
+                    h.matmul(w.transpose()) // [B, V or N]
+                }
             }
         })
         .collect();

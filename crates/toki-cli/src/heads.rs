@@ -15,8 +15,9 @@ pub const DEFAULT_DRAFT: usize = 4096;
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct DraftArg {
     /// Heads score only the N most frequent tokens of their training data (from
-    /// `draft-vocab.json` in the heads folder; default 4096 when the file is there);
-    /// 0 scores the whole vocabulary. Output is unchanged either way.
+    /// `draft-vocab.json` in the heads folder; default: the size the heads were trained
+    /// with, else 4096 when the file is there); 0 scores the whole vocabulary. Output is
+    /// unchanged either way.
     #[arg(long = "draft-vocab")]
     pub size: Option<usize>,
 }
@@ -27,9 +28,17 @@ pub fn load(dir: &Path, engine: &Engine, draft: DraftArg) -> Result<HeadProposer
     let heads =
         MedusaHeads::load(dir, base).with_context(|| format!("loading heads {}", dir.display()))?;
     let file = dir.join(DRAFT_FILE);
+    // Heads trained on a draft vocabulary use that size unless told otherwise.
+    let trained = heads.config().draft_vocab;
     let size = match (draft.size, file.exists()) {
-        (Some(0), _) | (None, false) => return Ok(HeadProposer::new(heads)),
+        (Some(0), _) => return Ok(HeadProposer::new(heads)),
+        (None, false) if trained == 0 => return Ok(HeadProposer::new(heads)),
+        (None, false) => bail!(
+            "the heads were trained on a draft vocabulary of {trained} tokens but {} is missing (pass --draft-vocab 0 to score the whole vocabulary)",
+            file.display()
+        ),
         (Some(n), true) => n,
+        (None, true) if trained > 0 => trained,
         (None, true) => DEFAULT_DRAFT,
         (Some(_), false) => bail!(
             "--draft-vocab: {} does not exist (write it with `toki draft-vocab`, or pass --draft-vocab 0)",

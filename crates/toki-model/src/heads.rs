@@ -43,6 +43,10 @@ pub struct HeadsConfig {
     /// Free-form name of the base model the heads were trained on.
     #[serde(default)]
     pub base_model: String,
+    /// Size of the draft vocabulary (`draft-vocab.json`) the heads were trained to score;
+    /// 0: trained on the whole vocabulary.
+    #[serde(default)]
+    pub draft_vocab: usize,
 }
 
 impl HeadsConfig {
@@ -60,6 +64,7 @@ impl HeadsConfig {
             hidden_size: base.hidden_size,
             vocab_size: base.vocab_size,
             base_model: String::new(),
+            draft_vocab: 0,
         }
     }
 }
@@ -258,6 +263,7 @@ impl MedusaHeads {
                     .and_then(|x| x.as_str())
                     .unwrap_or_default()
                     .into(),
+                draft_vocab: 0,
             };
             (cfg, file, Box::new(Reference { layers: num_layers }))
         };

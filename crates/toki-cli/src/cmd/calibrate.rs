@@ -49,6 +49,9 @@ pub struct Calibration {
     pub heads_s: f64,
     /// a(k, r): head k's rank-r token is right.
     pub acceptance: Vec<Vec<f64>>,
+    /// Head 1's confidence (softmax probability of its top token) against how often that
+    /// token is right, in ten bins of confidence: [bin start, positions, right].
+    pub confidence: Vec<(f64, usize, f64)>,
     /// Expected tokens per step and per second of the greedy tree of each size.
     pub expected_tokens: Vec<f64>,
     pub expected_speedup: Vec<f64>,
@@ -89,7 +92,7 @@ pub fn auto_tree(
         bail!("calibration needs at least one prompt");
     }
     let (cost_s, heads_s) = costs(engine, heads)?;
-    let acceptance = head_acceptance(engine, heads, prompts, max_new)?;
+    let (acceptance, confidence) = head_acceptance(engine, heads, prompts, max_new)?;
     let (order, expected_tokens) = greedy_tree(&acceptance, MAX_NODES);
     let expected_speedup: Vec<f64> = (0..MAX_NODES)
         .map(|i| {
@@ -111,6 +114,7 @@ pub fn auto_tree(
         cost_s,
         heads_s,
         acceptance,
+        confidence,
         expected_tokens,
         expected_speedup,
         tree,
@@ -199,7 +203,7 @@ fn head_acceptance(
     heads: &HeadProposer,
     prompts: &[Prompt],
     max_new: usize,
-) -> Result<Vec<Vec<f64>>> {
+) -> Result<(Vec<Vec<f64>>, Vec<(f64, usize, f64)>)> {
     let model = engine.model();
     let device = model.device();
     let k = heads.num_heads();
@@ -207,6 +211,7 @@ fn head_acceptance(
     let ranks = MAX_RANK.min(heads.max_rank());
     let mut hits = vec![vec![0f64; ranks]; k];
     let mut total = vec![0f64; k];
+    let mut bins = vec![(0usize, 0usize); 10];
     // Logits column of each vocabulary token (None: outside the draft vocabulary).
     let vocab = model.config().vocab_size;
     let mut column: Vec<Option<usize>> = vec![None; vocab];
@@ -246,17 +251,35 @@ fn head_acceptance(
                 let row = &flat[(h * rows + i) * cols..(h * rows + i + 1) * cols];
                 let tl = row[col];
                 let rank = row.iter().filter(|&&x| x > tl).count();
+                if h == 0 {
+                    let b = ((confidence(row) * 10.0) as usize).min(9);
+                    bins[b].0 += 1;
+                    bins[b].1 += usize::from(rank == 0);
+                }
                 if rank < ranks {
                     hits[h][rank] += 1.0;
                 }
             }
         }
     }
-    Ok(hits
+    let acceptance = hits
         .into_iter()
         .zip(total)
         .map(|(row, n)| row.into_iter().map(|x| x / n.max(1.0)).collect())
-        .collect())
+        .collect();
+    let confidence = bins
+        .iter()
+        .enumerate()
+        .map(|(b, &(n, right))| (b as f64 / 10.0, n, right as f64 / n.max(1) as f64))
+        .collect();
+    Ok((acceptance, confidence))
+}
+
+/// Softmax probability of the largest logit.
+fn confidence(logits: &[f32]) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let z: f64 = logits.iter().map(|&x| ((x - max) as f64).exp()).sum();
+    1.0 / z
 }
 
 /// Medusa's greedy tree: paths in the order they are added, and the expected tokens per
