@@ -377,3 +377,21 @@ fn draft_vocabulary_files_are_checked() {
     assert!(e.contains("draft-vocab.json"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn autodiff_tensors_never_take_the_host_kernel() {
+    // The host kernel copies x to host memory: on a tensor that records gradients that
+    // would cut it off the graph without an error. Such tensors take Burn's matmul.
+    let m = model(11, 2);
+    let ad = dev().autodiff();
+    let lm = m.lm_head().weight.val().autodiff(); // [D, V]
+    let h = Tensor::<2>::random([2, 32], burn::tensor::Distribution::Default, &ad).require_grad();
+    let grads = h.clone().matmul(lm).sum().backward();
+    let want = h.grad(&grads).expect("reference gradient");
+    let h2 = Tensor::<2>::from_data(h.to_data(), &ad).require_grad();
+    let grads = m.logits(h2.clone()).sum().backward();
+    let got = h2
+        .grad(&grads)
+        .expect("a gradient through LlamaModel::logits");
+    assert!(max_diff(&vec2(got), &vec2(want)) < 1e-4);
+}

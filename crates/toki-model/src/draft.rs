@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
 use crate::heads::{HeadKind, MedusaHeads};
-use crate::kernels::{HOST_ROWS, HostWeight};
-use crate::llama::{LlamaModel, host_matmul, transpose};
+use crate::kernels::HostWeight;
+use crate::llama::{LlamaModel, host_matmul, host_path, transpose};
 
 /// The file: token ids with their counts in the heads' training data, most frequent first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,7 +139,7 @@ impl Projection {
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         let [r, _] = x.dims();
         match &self.host {
-            Some(w) if r <= HOST_ROWS => host_matmul(w, x),
+            Some(w) if host_path(r, &x) => host_matmul(w, x),
             _ => x.matmul(self.weight.clone()).cast(DType::F32),
         }
     }

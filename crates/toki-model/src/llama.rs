@@ -77,6 +77,12 @@ pub struct Proj {
     host: Option<HostWeight>,
 }
 
+/// Whether `rows` rows of `x` take the host kernel: few rows, and never a tensor that
+/// records gradients (the host copy would silently cut it off the graph).
+pub(crate) fn host_path(rows: usize, x: &Tensor<2>) -> bool {
+    rows <= HOST_ROWS && !x.device().is_autodiff()
+}
+
 /// `x` [T, in] -> `x Wᵀ` [T, out] on the host kernel.
 pub(crate) fn host_matmul(w: &HostWeight, x: Tensor<2>) -> Tensor<2> {
     let [t, _] = x.dims();
@@ -94,7 +100,7 @@ impl Proj {
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         let [t, _] = x.dims();
         let y = match &self.host {
-            Some(w) if t <= HOST_ROWS => host_matmul(w, x),
+            Some(w) if host_path(t, &x) => host_matmul(w, x),
             _ if t <= HOST_ROWS => self.weight.val().matmul(x.transpose()).transpose(), // [T, out]
             _ => x.matmul(self.weight.val().transpose()),                               // [T, out]
         };
@@ -460,7 +466,7 @@ impl LlamaModel {
     pub fn logits(&self, hidden: Tensor<2>) -> Tensor<2> {
         let [t, _] = hidden.dims();
         match &self.lm_head_host {
-            Some(w) if t <= HOST_ROWS => host_matmul(w, hidden),
+            Some(w) if host_path(t, &hidden) => host_matmul(w, hidden),
             _ => self.lm_head.forward(hidden).cast(DType::F32),
         }
     }
