@@ -212,6 +212,11 @@ pub fn run(a: Args) -> Result<()> {
         load_tree(&a.tree, heads.num_heads())?
     };
     let tree_nodes = tree.len();
+    // Columns the heads score: the draft vocabulary, or the whole vocabulary.
+    let draft_vocab = heads
+        .draft()
+        .map_or(engine.model().config().vocab_size, |d| d.len());
+    tracing::info!("heads score {draft_vocab} tokens");
     tracing::info!("tree of {} nodes, depth {}", tree.len(), tree.depth());
     let engine = engine.with_proposer(Box::new(heads), tree)?;
     let spec_policy = if a.no_adapt {
@@ -300,6 +305,7 @@ pub fn run(a: Args) -> Result<()> {
             "mismatches": mismatches,
             "temperature": a.sampling.temperature,
             "tree_nodes": tree_nodes,
+            "draft_vocab": draft_vocab,
             "overall": overall,
             "categories": categories,
             "prompts": results,
