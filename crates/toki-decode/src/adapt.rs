@@ -5,8 +5,11 @@
 //! plain step `t_p`, of a speculative step `t_s`, and the tokens a speculative step yields
 //! `τ` (moving averages). Speculation pays when `τ / t_s > 1 / t_p`. When it does not, the
 //! policy decodes plainly for a back-off period (doubling while speculation keeps failing,
-//! up to a cap), then probes the tree again; when it pays, the back-off resets. Greedy and
-//! lossless outputs do not depend on the choice: both kinds of step emit the base's tokens.
+//! up to a cap), then probes the tree again; when it pays, the back-off resets. Each probe
+//! decides on the acceptance it measures itself (τ starts afresh), so a request whose text
+//! the heads cannot guess backs off after one probe even when the requests before it paid.
+//! Greedy and lossless outputs do not depend on the choice: both kinds of step emit the
+//! base's tokens.
 
 /// When a request with heads verifies a tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,6 +39,10 @@ pub struct Estimates {
     pub tau: Option<f64>,
     /// The back-off the last request ended with.
     pub backoff: usize,
+    /// Plain steps that were left before its next probe: the count-down goes on in the
+    /// next request, so a run of short requests still probes (once per back-off period)
+    /// instead of restarting the whole back-off each time.
+    pub plain_left: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -66,7 +73,8 @@ fn ema(old: Option<f64>, x: f64) -> Option<f64> {
 impl Policy {
     /// A policy for one request, starting from what earlier requests measured: when they
     /// found that speculation does not pay it starts in back-off, when it pays it starts on
-    /// the tree; with nothing known it times two plain steps first.
+    /// the tree (a probe that measures this request's own τ); with nothing known it times
+    /// two plain steps first. Step timings carry over, τ does not: it depends on the text.
     pub fn with_prior(policy: TreePolicy, prior: Estimates) -> Self {
         let mut p = Self::new(policy);
         if policy != TreePolicy::Adaptive {
@@ -76,11 +84,13 @@ impl Policy {
         match p.ratio() {
             Some(r) if r < 1.0 => {
                 p.backoff = prior.backoff.clamp(FIRST_BACKOFF, MAX_BACKOFF);
-                p.plain_left = p.backoff;
+                // 0: the last request ended in a probe; this one probes first.
+                p.plain_left = prior.plain_left.min(p.backoff);
             }
             Some(_) => p.plain_left = 0,
             None => {}
         }
+        p.tau = None;
         p
     }
 
@@ -90,6 +100,7 @@ impl Policy {
             spec_s: self.spec_s,
             tau: self.tau,
             backoff: self.backoff,
+            plain_left: self.plain_left,
         }
     }
 
@@ -133,7 +144,9 @@ impl Policy {
                 self.plain_s = ema(self.plain_s, seconds);
                 self.plain_left = self.plain_left.saturating_sub(1);
                 if self.plain_left == 0 {
+                    // A probe starts: it judges the tree on what it measures now.
                     self.probe_left = PROBE;
+                    self.tau = None;
                 }
             }
             StepKind::Speculative => {
@@ -204,8 +217,15 @@ mod tests {
     fn a_request_starts_from_what_earlier_ones_measured() {
         let mut first = Policy::new(TreePolicy::Adaptive);
         drive(&mut first, 60, 1.0, 2.0, 1); // speculation does not pay
-        let mut next = Policy::with_prior(TreePolicy::Adaptive, first.estimates());
-        assert_eq!(drive(&mut next, 8, 1.0, 2.0, 1), 0, "starts in back-off");
+        let prior = first.estimates();
+        assert!(prior.plain_left > 0, "60 steps end in a back-off period");
+        let mut next = Policy::with_prior(TreePolicy::Adaptive, prior);
+        assert_eq!(
+            drive(&mut next, prior.plain_left, 1.0, 2.0, 1),
+            0,
+            "starts in back-off, where the last request left it"
+        );
+        assert_eq!(drive(&mut next, PROBE, 1.0, 2.0, 1), PROBE, "then probes");
         let mut good = Policy::new(TreePolicy::Adaptive);
         drive(&mut good, 20, 1.0, 1.2, 3);
         let mut next = Policy::with_prior(TreePolicy::Adaptive, good.estimates());
@@ -217,6 +237,38 @@ mod tests {
         // Nothing known: the two timing steps first.
         let mut fresh = Policy::with_prior(TreePolicy::Adaptive, Estimates::default());
         assert_eq!(drive(&mut fresh, 8, 1.0, 1.2, 3), 8 - PLAIN_WARMUP);
+    }
+
+    #[test]
+    fn a_request_the_heads_cannot_guess_backs_off_after_one_probe() {
+        // Earlier requests paid (τ 3); this one accepts nothing: one probe, then plain.
+        let mut good = Policy::new(TreePolicy::Adaptive);
+        drive(&mut good, 40, 1.0, 1.1, 3);
+        let mut next = Policy::with_prior(TreePolicy::Adaptive, good.estimates());
+        assert_eq!(drive(&mut next, 4 + FIRST_BACKOFF, 1.0, 1.1, 1), PROBE);
+        // After the back-off a fresh probe measures τ again, and keeps the tree once the
+        // text turns predictable.
+        assert_eq!(drive(&mut next, 40, 1.0, 1.1, 3), 40);
+    }
+
+    #[test]
+    fn short_requests_still_probe_once_per_back_off() {
+        // Speculation does not pay, then it does: requests of 20 steps, each starting
+        // from the last one's estimates, must find out within one back-off period.
+        let mut est = Estimates::default();
+        for _ in 0..20 {
+            let mut p = Policy::with_prior(TreePolicy::Adaptive, est);
+            drive(&mut p, 20, 1.0, 2.0, 1);
+            est = p.estimates();
+        }
+        assert!(est.backoff >= MAX_BACKOFF / 2, "{est:?}");
+        let mut spec = 0;
+        for _ in 0..(MAX_BACKOFF / 20 + 2) {
+            let mut p = Policy::with_prior(TreePolicy::Adaptive, est);
+            spec += drive(&mut p, 20, 1.0, 1.2, 4);
+            est = p.estimates();
+        }
+        assert!(spec >= 20, "{spec}: the tree never came back");
     }
 
     #[test]
