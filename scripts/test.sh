@@ -21,7 +21,17 @@ cargo build -q -p toki-cli "${cli[@]}"
 TOKI_BIN="${CARGO_TARGET_DIR:-target}/debug/toki" scripts/fetch-demo.sh
 cargo test --workspace "${all[@]}"
 if [ "${TOKI_WGPU:-0}" = 1 ]; then
-  TOKI_TEST_BACKEND=wgpu cargo test -p toki-tests "${cli[@]}" --test speculative_tiny --test model_units
+  # The binaries of the build above, run again on wgpu. (`cargo test -p toki-tests --test
+  # ...` would select other packages' features and rebuild Burn: ~20 minutes here.)
+  mapfile -t bins < <(cargo test --workspace "${all[@]}" --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*/\(speculative_tiny\|model_units\)-[^"]*"' | cut -d'"' -f4)
+  if [ "${#bins[@]}" != 2 ]; then
+    echo "wgpu pass: expected the speculative_tiny and model_units test binaries, found: ${bins[*]}" >&2
+    exit 1
+  fi
+  for bin in "${bins[@]}"; do
+    (cd tests && TOKI_TEST_BACKEND=wgpu "$bin")
+  done
 fi
 if [ "${TOKI_CUDA_CHECK:-0}" = 1 ]; then
   cargo check -q -p toki-cli --features cuda

@@ -6,8 +6,8 @@ use toki_decode::{Tree, TreePreset};
 use toki_model::testing::{tensor_shapes, tiny_config, write_model_folder, write_safetensors};
 use toki_model::weights::{RandomWeights, SafetensorsWeights, WeightSource};
 use toki_model::{
-    AttnMask, DraftVocab, HeadKind, HeadsConfig, LlamaConfig, LlamaModel, MedusaHeads, ModelError,
-    Precision, RopeTables, TokenCounts,
+    AttnMask, DraftVocab, HeadInput, HeadKind, HeadsConfig, LlamaConfig, LlamaModel, MedusaHeads,
+    ModelError, Precision, RopeTables, TokenCounts,
 };
 
 fn dev() -> Device {
@@ -19,6 +19,12 @@ fn ids(v: &[u32]) -> Tensor<1, Int> {
         TensorData::new(v.iter().map(|&x| x as i64).collect::<Vec<_>>(), [v.len()]),
         &dev(),
     )
+}
+
+/// `n` next tokens for head inputs (read by `HiddenAndNext` heads only).
+fn next(n: usize) -> Tensor<1, Int> {
+    let v: Vec<u32> = (0..n as u32).map(|i| (i * 5 + 3) % 64).collect();
+    ids(&v)
 }
 
 fn vec2(t: Tensor<2>) -> Vec<f32> {
@@ -285,17 +291,17 @@ fn reference_medusa_checkpoint_gives_the_same_proposals_as_native() {
     let b = MedusaHeads::load(&reference, &m).unwrap();
     let hidden = Tensor::<2>::random([3, 32], burn::tensor::Distribution::Default, &dev());
     for (x, y) in a
-        .forward(hidden.clone(), &m)
+        .forward(hidden.clone(), next(3), &m)
         .into_iter()
-        .zip(b.forward(hidden.clone(), &m))
+        .zip(b.forward(hidden.clone(), next(3), &m))
     {
         let (x, y) = (vec2(x), vec2(y));
         assert!(max_diff(&x, &y) < 1e-6);
     }
     for (x, y) in a
-        .forward(hidden.clone(), &m)
+        .forward(hidden.clone(), next(3), &m)
         .into_iter()
-        .zip(heads.forward(hidden, &m))
+        .zip(heads.forward(hidden, next(3), &m))
     {
         assert!(max_diff(&vec2(x), &vec2(y)) < 1e-6, "save/load round trip");
     }
@@ -313,8 +319,58 @@ fn untrained_heads_start_at_the_base_prediction() {
     let heads = MedusaHeads::init(cfg, &m).unwrap();
     let hidden = Tensor::<2>::random([2, 32], burn::tensor::Distribution::Default, &dev());
     let base = vec2(m.logits(hidden.clone()));
-    for h in heads.forward(hidden, &m) {
+    for h in heads.forward(hidden, next(2), &m) {
         assert!(max_diff(&vec2(h), &base) < 1e-5);
+    }
+}
+
+#[test]
+fn next_token_heads_read_the_next_token_and_round_trip() {
+    let m = model(13, 2);
+    let hidden = Tensor::<2>::random([4, 32], burn::tensor::Distribution::Default, &dev());
+    let base = vec2(m.logits(hidden.clone()));
+    for kind in [HeadKind::Shared, HeadKind::Own] {
+        let cfg = HeadsConfig {
+            input: HeadInput::HiddenAndNext,
+            ..HeadsConfig::for_model(kind, 2, 1, m.config())
+        };
+        // Untrained (F = 0, blocks = 0): the base's own prediction, whatever the next token.
+        let init = MedusaHeads::init(cfg.clone(), &m).unwrap();
+        for h in init.forward(hidden.clone(), next(4), &m) {
+            assert!(max_diff(&vec2(h), &base) < 1e-5, "{kind:?}");
+        }
+        // Trained-like weights: the next token changes what the heads say.
+        let heads = MedusaHeads::random(cfg, 5, 0.3, &dev()).unwrap();
+        let a = heads.forward(hidden.clone(), ids(&[1, 2, 3, 4]), &m);
+        let b = heads.forward(hidden.clone(), ids(&[9, 8, 7, 6]), &m);
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                max_diff(&vec2(x.clone()), &vec2(y.clone())) > 1e-3,
+                "{kind:?}"
+            );
+        }
+        // Saved and loaded: same logits, and heads.json says what the heads read.
+        let dir = std::env::temp_dir().join(format!("toki-next-{}-{kind:?}", std::process::id()));
+        heads.save(&dir).unwrap();
+        let json = std::fs::read_to_string(dir.join("heads.json")).unwrap();
+        assert!(json.contains("hidden_and_next"), "{json}");
+        let loaded = MedusaHeads::load(&dir, &m).unwrap();
+        for (x, y) in a
+            .into_iter()
+            .zip(loaded.forward(hidden.clone(), ids(&[1, 2, 3, 4]), &m))
+        {
+            assert!(max_diff(&vec2(x), &vec2(y)) < 1e-6, "{kind:?} round trip");
+        }
+        // A file without the F tensors is refused, naming the missing tensor.
+        let medusa = HeadsConfig::for_model(kind, 2, 1, m.config());
+        MedusaHeads::random(medusa, 5, 0.3, &dev())
+            .unwrap()
+            .save(&dir)
+            .unwrap();
+        std::fs::write(dir.join("heads.json"), &json).unwrap();
+        let e = MedusaHeads::load(&dir, &m).unwrap_err().to_string();
+        assert!(e.contains("heads.0.next.weight"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }
 
@@ -322,8 +378,15 @@ fn untrained_heads_start_at_the_base_prediction() {
 fn draft_vocabulary_logits_are_the_full_logits_at_its_ids() {
     let m = model(10, 2);
     let ids: Vec<u32> = vec![63, 0, 17, 5, 42, 8, 31, 2, 60, 11, 29, 40];
-    for kind in [HeadKind::Shared, HeadKind::Own] {
-        let cfg = HeadsConfig::for_model(kind, 3, 1, m.config());
+    for (kind, input) in [
+        (HeadKind::Shared, HeadInput::Hidden),
+        (HeadKind::Own, HeadInput::Hidden),
+        (HeadKind::Shared, HeadInput::HiddenAndNext),
+    ] {
+        let cfg = HeadsConfig {
+            input,
+            ..HeadsConfig::for_model(kind, 3, 1, m.config())
+        };
         let heads = MedusaHeads::random(cfg, 12, 0.3, &dev()).unwrap();
         let draft = DraftVocab::new(ids.clone(), &heads, &m).unwrap();
         assert_eq!(draft.ids(), &ids[..]);
@@ -331,8 +394,8 @@ fn draft_vocabulary_logits_are_the_full_logits_at_its_ids() {
         for rows in [3, 20] {
             let hidden =
                 Tensor::<2>::random([rows, 32], burn::tensor::Distribution::Default, &dev());
-            let full = heads.forward(hidden.clone(), &m);
-            let cut = draft.logits(&heads, hidden);
+            let full = heads.forward(hidden.clone(), next(rows), &m);
+            let cut = draft.logits(&heads, hidden, next(rows), &m);
             assert_eq!(cut.len(), 3);
             for (f, c) in full.into_iter().zip(cut) {
                 assert_eq!(c.dims(), [rows, ids.len()]);

@@ -2,7 +2,7 @@
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
 use toki_decode::{HeadProposer, Prompt, Request, Tree, TreePolicy, TreePreset};
-use toki_model::{DraftVocab, HeadKind, HeadsConfig, MedusaHeads};
+use toki_model::{DraftVocab, HeadInput, HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
 
 fn heads_config(k: usize, kind: HeadKind) -> HeadsConfig {
@@ -39,7 +39,7 @@ fn speculative_equals_plain_on_tiny_models() {
         reference.extend(&plain.output_ids);
         for (ti, paths) in trees().iter().enumerate() {
             let tree = Tree::from_paths(paths, 5, 10).unwrap();
-            // Three proposers: random heads, untrained heads (the base's own next-token
+            // Proposers: random heads, untrained heads (the base's own next-token
             // guess), and a noisy oracle.
             let random = MedusaHeads::random(
                 heads_config(5, HeadKind::Own),
@@ -68,6 +68,17 @@ fn speculative_equals_plain_on_tiny_models() {
                 let d = DraftVocab::new(draft_ids.clone(), &heads, plain_engine.model()).unwrap();
                 HeadProposer::with_draft(heads, d)
             };
+            // Heads that also read the root token (random weights, so it matters).
+            let next_input = MedusaHeads::random(
+                HeadsConfig {
+                    input: HeadInput::HiddenAndNext,
+                    ..heads_config(5, HeadKind::Shared)
+                },
+                seed + 100 + ti as u64,
+                0.3,
+                &plain_engine.model().device(),
+            )
+            .unwrap();
             let random_draft = draft(random.clone());
             let untrained_draft = draft(untrained.clone());
             let proposers: Vec<Box<dyn toki_decode::proposer::Proposer>> = vec![
@@ -76,6 +87,7 @@ fn speculative_equals_plain_on_tiny_models() {
                 Box::new(oracle),
                 Box::new(random_draft),
                 Box::new(untrained_draft),
+                Box::new(draft(next_input)),
             ];
             for (pi, proposer) in proposers.into_iter().enumerate() {
                 let engine = tiny_engine(seed, kv, tied)
@@ -105,7 +117,7 @@ fn speculative_equals_plain_on_tiny_models() {
             }
         }
     }
-    assert_eq!(checked, 4 * 8 * 5);
+    assert_eq!(checked, 4 * 8 * 6);
     assert!(
         accepted_somewhere,
         "no proposal was ever accepted: the test would not see a wrong acceptance"

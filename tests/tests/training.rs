@@ -9,7 +9,7 @@ use burn::tensor::Tensor;
 use toki_model::testing::{tiny_config, write_model_folder};
 use toki_model::tokenizer::Tokenizer;
 use toki_model::weights::SafetensorsWeights;
-use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, Precision};
+use toki_model::{HeadInput, LlamaConfig, LlamaModel, MedusaHeads, Precision};
 use toki_tests::device;
 use toki_train::{Event, HiddenSet, TrainConfig, Trainer, load_documents, pack};
 
@@ -258,4 +258,57 @@ fn heads_train_on_a_draft_vocabulary() {
         let e = Trainer::new(&model, &data, cfg, 5).err().expect("refused");
         assert!(e.to_string().contains(needle), "{e}");
     }
+}
+
+/// Pairs `a f(a)` with `a` drawn at random: the token after a pair's first is a function of
+/// it, but nothing before tells which `a` comes next.
+fn pairs_file(dir: &Path) -> PathBuf {
+    let path = dir.join("pairs.jsonl");
+    let mut state = 12345u64;
+    let lines: Vec<String> = (0..24)
+        .map(|_| {
+            let text: Vec<String> = (0..20)
+                .flat_map(|_| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let a = 5 + (state >> 33) % 7;
+                    [format!("t{a}"), format!("t{}", a + 7)]
+                })
+                .collect();
+            serde_json::json!({ "text": text.join(" ") }).to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).expect("data file");
+    path
+}
+
+#[test]
+fn next_token_heads_learn_what_the_hidden_state_cannot_tell() {
+    let dir = scratch("next");
+    let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let data = hidden(&model, &tok, &pairs_file(&dir));
+    let top1 = |input: HeadInput| {
+        let cfg = TrainConfig {
+            input,
+            num_heads: 1,
+            ..config(150)
+        };
+        let mut t = Trainer::new(&model, &data, cfg, 5).expect("trainer");
+        let out = dir.join(format!("out-{input:?}"));
+        t.run(&out, &AtomicBool::new(false), |_| {})
+            .expect("training runs");
+        let heads = MedusaHeads::load(&out, &model).expect("heads load");
+        assert_eq!(heads.config().input, input, "heads.json records the input");
+        t.evaluate().expect("eval").top1[0]
+    };
+    // Head 1 guesses token t+2. When t+1 is a pair's first, t+2 follows from it (half the
+    // rows); otherwise t+2 is a fresh random draw (1 in 7). The hidden state alone never
+    // knows the draw.
+    let (hidden_only, with_next) = (top1(HeadInput::Hidden), top1(HeadInput::HiddenAndNext));
+    assert!(hidden_only < 0.3, "hidden only: {hidden_only}");
+    assert!(
+        with_next > 0.45 && with_next > hidden_only + 0.2,
+        "with the next token: {with_next}, hidden only: {hidden_only}"
+    );
 }

@@ -1,8 +1,10 @@
 //! The training loop over cached hidden states.
 //!
 //! Loss of one micro-batch of rows (positions t with hidden state h_t):
-//! `Σ_k λ_k · CE(head_k(h_t), token[t + k + 2])`, k = 0..K, λ_k = `head_decay`^k, each CE a
-//! mean over the rows whose target exists and is a target token. Gradients flow into the
+//! `Σ_k λ_k · CE(head_k(h_t[, token[t + 1]]), token[t + k + 2])`, k = 0..K, λ_k =
+//! `head_decay`^k, each CE a mean over the rows whose target exists and is a target token.
+//! Heads that read the next token (`HeadInput::HiddenAndNext`) get the data's token t+1:
+//! in self-distilled data that is the base's own greedy choice, the tree root at decoding. Gradients flow into the
 //! heads' residual blocks (and their own lm_heads for the `own` kind); the base's lm_head
 //! is a constant in the graph. Rows are visited in a seeded permutation per epoch, so the
 //! rows of update n depend on n alone: a resumed run repeats an uninterrupted one exactly.
@@ -14,7 +16,9 @@ use burn::tensor::activation::{log_softmax, silu};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use toki_model::weights::WeightSource;
-use toki_model::{DraftVocab, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError};
+use toki_model::{
+    DraftVocab, HeadInput, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError,
+};
 
 use crate::checkpoint;
 use crate::error::{Result, TrainError};
@@ -54,6 +58,9 @@ pub struct TrainConfig {
     /// held-out metrics: decoding cannot propose them.
     #[serde(default)]
     pub draft_vocab: Vec<u32>,
+    /// What each head reads.
+    #[serde(default)]
+    pub input: HeadInput,
 }
 
 impl Default for TrainConfig {
@@ -76,6 +83,7 @@ impl Default for TrainConfig {
             eval_every: 200,
             eval_rows: 2048,
             draft_vocab: vec![],
+            input: HeadInput::Hidden,
         }
     }
 }
@@ -111,6 +119,8 @@ pub enum Event {
 /// One micro-batch as host data (see [`Trainer::batch`]).
 struct Batch {
     x: Vec<f32>,
+    /// Token t+1 of each row.
+    next: Vec<i64>,
     targets: Vec<i64>,
     weights: Vec<f32>,
     counts: Vec<f32>,
@@ -168,6 +178,7 @@ impl<'a> Trainer<'a> {
         let heads = HeadsConfig {
             base_model: c.model_type.clone(),
             draft_vocab: config.draft_vocab.len(),
+            input: config.input,
             ..HeadsConfig::for_model(config.kind, config.num_heads, config.num_layers, c)
         };
         let column: Vec<i64> = if config.draft_vocab.is_empty() {
@@ -385,6 +396,7 @@ impl<'a> Trainer<'a> {
         let d = self.data.hidden_size;
         let k = self.config.num_heads;
         let mut x = Vec::with_capacity(rows.len() * d);
+        let mut next = Vec::with_capacity(rows.len());
         let mut targets = vec![0i64; k * rows.len()];
         let mut weights = vec![0f32; k * rows.len()];
         let mut counts = vec![0f32; k];
@@ -392,6 +404,7 @@ impl<'a> Trainer<'a> {
         for (i, r) in rows.iter().enumerate() {
             let at = r.at as usize;
             x.extend_from_slice(&self.data.hidden[at * d..(at + 1) * d]);
+            next.push(self.data.tokens[at + 1] as i64); // rows end at least 2 before `end`
             for h in 0..k {
                 let j = at + h + 2;
                 if j < r.end as usize && self.data.target[j] {
@@ -409,6 +422,7 @@ impl<'a> Trainer<'a> {
         }
         Batch {
             x,
+            next,
             targets,
             weights,
             counts,
@@ -422,6 +436,7 @@ impl<'a> Trainer<'a> {
         let (b, d, k) = (rows.len(), self.data.hidden_size, self.config.num_heads);
         let Batch {
             x,
+            next,
             targets,
             weights,
             counts,
@@ -437,12 +452,17 @@ impl<'a> Trainer<'a> {
             })
             .collect();
         let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &ad); // [B, D]
+        // Embeddings of the next tokens, [B, D]: a constant (the base is frozen).
+        let next = (self.heads.input == HeadInput::HiddenAndNext).then(|| {
+            let ids = Tensor::<1, Int>::from_data(TensorData::new(next, [b]), &self.device());
+            self.base.embed(ids).cast(DType::F32).autodiff()
+        });
         let draft = self.draft_ids(&ad);
         let mut lm = self.base.lm_head().weight.val().cast(DType::F32).autodiff(); // [D, V]
         if let Some(ids) = &draft {
             lm = lm.select(1, ids.clone()); // [D, N]
         }
-        let logits = head_logits(&params, &self.heads, x, &lm, draft.as_ref()); // [K*B, V or N]
+        let logits = head_logits(&params, &self.heads, x, next, &lm, draft.as_ref()); // [K*B, V or N]
         let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [k * b]), &ad);
         let picked = log_softmax(logits, 1)
             .gather(1, targets.reshape([k * b, 1]))
@@ -501,15 +521,17 @@ impl<'a> Trainer<'a> {
             let b = chunk.len();
             let Batch {
                 x,
+                next,
                 targets,
                 weights,
                 outside,
                 ..
             } = self.batch(chunk);
             let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &device);
+            let next = Tensor::<1, Int>::from_data(TensorData::new(next, [b]), &device);
             let per_head = match &draft {
-                Some(v) => v.logits(&heads, x),
-                None => heads.forward(x, self.base),
+                Some(v) => v.logits(&heads, x, next, self.base),
+                None => heads.forward(x, next, self.base),
             };
             for (h, logits) in per_head.into_iter().enumerate() {
                 // Targets decoding cannot propose: misses.
@@ -551,21 +573,32 @@ impl<'a> Trainer<'a> {
 }
 
 /// Logits [K * B, V] (or [K * B, N] over a draft vocabulary `draft` [N]) of every head
-/// (head-major) for hidden states x [B, D]. `params` in [`MedusaHeads::tensor_names`]
-/// order; `lm` the base lm_head [D, V], already cut to the draft columns (the shared kind).
+/// (head-major) for hidden states x [B, D] and, for `HiddenAndNext` heads, the next tokens'
+/// embeddings `next` [B, D]. `params` in [`MedusaHeads::tensor_names`] order; `lm` the base
+/// lm_head [D, V], already cut to the draft columns (the shared kind).
 fn head_logits(
     params: &[Tensor<2>],
     cfg: &HeadsConfig,
     x: Tensor<2>,
+    next: Option<Tensor<2>>,
     lm: &Tensor<2>,
     draft: Option<&Tensor<1, Int>>,
 ) -> Tensor<2> {
-    let per_head = 2 * cfg.num_layers + usize::from(cfg.kind == HeadKind::Own);
+    let reads_next = usize::from(cfg.input == HeadInput::HiddenAndNext);
+    let per_head = reads_next + 2 * cfg.num_layers + usize::from(cfg.kind == HeadKind::Own);
     let d = cfg.hidden_size;
     let outs: Vec<Tensor<2>> = params
         .chunks(per_head)
         .map(|p| {
-            let h = p[..2 * cfg.num_layers].chunks(2).fold(x.clone(), |h, wb| {
+            let x = match &next {
+                // F [out, in]: x + e F^T
+                Some(e) if reads_next == 1 => {
+                    x.clone() + e.clone().matmul(p[0].clone().transpose())
+                }
+                _ => x.clone(),
+            };
+            let p = &p[reads_next..];
+            let h = p[..2 * cfg.num_layers].chunks(2).fold(x, |h, wb| {
                 // W [out, in], bias stored as [D, 1]
                 let z = h.clone().matmul(wb[0].clone().transpose()) + wb[1].clone().reshape([1, d]);
                 h + silu(z)

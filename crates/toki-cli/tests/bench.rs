@@ -52,10 +52,15 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
             "0.01",
             "--warmup",
             "2",
+            // Heads that read the root token: the whole train -> calibrate -> bench path.
+            "--head-input",
+            "hidden-next",
         ],
         &dir,
     );
     assert!(ok, "{err}");
+    let heads_json = std::fs::read_to_string(dir.join("heads/heads.json")).unwrap();
+    assert!(heads_json.contains("hidden_and_next"), "{heads_json}");
     let prompts = ["code", "qa"]
         .iter()
         .flat_map(|c| {

@@ -1,6 +1,6 @@
 //! The proposer: Medusa heads read the last accepted hidden state and fill the tree.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor, TensorData};
 use toki_model::{DraftVocab, LlamaModel, MedusaHeads};
 
 use crate::error::{DecodeError, Result};
@@ -78,17 +78,21 @@ impl HeadProposer {
         }
     }
 
-    /// Logits of the first `depth` heads for hidden states [R, D]: [depth, R, C] flattened
-    /// (C columns: the vocabulary or the draft vocabulary), read back in one transfer.
+    /// Logits of the first `depth` heads for hidden states [R, D] whose base next tokens
+    /// are `next` (R of them): [depth, R, C] flattened (C columns: the vocabulary or the
+    /// draft vocabulary), read back in one transfer.
     pub fn logits(
         &self,
         hidden: Tensor<2>,
+        next: &[u32],
         base: &LlamaModel,
         depth: usize,
     ) -> Result<(Vec<f32>, usize)> {
+        let ids: Vec<i64> = next.iter().map(|&t| t as i64).collect();
+        let next = Tensor::<1, Int>::from_data(TensorData::new(ids, [next.len()]), &base.device());
         let per_head = match &self.draft {
-            Some(d) => d.logits(&self.heads, hidden),
-            None => self.heads.forward(hidden, base),
+            Some(d) => d.logits(&self.heads, hidden, next, base),
+            None => self.heads.forward(hidden, next, base),
         };
         let logits = Tensor::cat(per_head.into_iter().take(depth).collect(), 0); // [depth*R, C]
         let [_, cols] = logits.dims();
@@ -108,7 +112,11 @@ impl Proposer for HeadProposer {
 
     fn rank(&self, input: StepInput<'_>, tree: &Tree) -> Result<Vec<Vec<u32>>> {
         let depth = tree.depth();
-        let (flat, cols) = self.logits(input.hidden, input.base, depth)?; // [depth, C]
+        let root = *input
+            .history
+            .last()
+            .ok_or_else(|| DecodeError::Request("empty history".into()))?;
+        let (flat, cols) = self.logits(input.hidden, &[root], input.base, depth)?; // [depth, C]
         Ok((0..depth)
             .map(|h| {
                 top_k(&flat[h * cols..(h + 1) * cols], tree.top_k()[h])

@@ -207,10 +207,17 @@ impl DraftVocab {
         self.ids.is_empty()
     }
 
-    /// Draft logits of every head for hidden states [R, D]: K tensors [R, N], f32.
-    pub fn logits(&self, heads: &MedusaHeads, hidden: Tensor<2>) -> Vec<Tensor<2>> {
+    /// Draft logits of every head for hidden states [R, D] and the base's next tokens [R]
+    /// (see [`MedusaHeads::features`]): K tensors [R, N], f32.
+    pub fn logits(
+        &self,
+        heads: &MedusaHeads,
+        hidden: Tensor<2>,
+        next: Tensor<1, Int>,
+        base: &LlamaModel,
+    ) -> Vec<Tensor<2>> {
         let [r, _] = hidden.dims();
-        let xs = heads.features(hidden);
+        let xs = heads.features(hidden, next, base);
         match self.kind {
             // All heads in one [K*R, D] x [D, N] product: the matrix is read once.
             HeadKind::Shared => {

@@ -6,6 +6,17 @@
 //! vocabulary projection: its own (`Own`, initialised from the base's lm_head) or the base's
 //! frozen one (`Shared`, a few MB per head set).
 //!
+//! What a head reads is a [`HeadInput`]: the hidden state alone (Medusa), or the hidden
+//! state plus the embedding of the base's own next token t+1. That token is known when the
+//! heads run (it is the tree's root), and a head that must guess t+2 does better knowing
+//! t+1 (Hydra's and EAGLE's drafts condition on tokens for the same reason):
+//!
+//! ```text
+//!   hidden h_t ──────────────┐
+//!                            + ── x ── ResBlock × L ── vocabulary projection ── token t+k+2
+//!   embed(next token) ── F_k ┘          (x = h_t + F_k · e, F_k starts at zero)
+//! ```
+//!
 //! Files: `heads.safetensors` + `heads.json` (native), or the reference implementation's
 //! `medusa_lm_head.safetensors` + `config.json` (`medusa_num_heads`, `medusa_num_layers`).
 
@@ -14,7 +25,7 @@ use std::path::Path;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::tensor::activation::silu;
-use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use safetensors::{Dtype, tensor::TensorView};
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +43,17 @@ pub enum HeadKind {
     Shared,
 }
 
+/// What the heads read at a position t (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadInput {
+    /// The base's hidden state h_t only (the reference Medusa).
+    #[default]
+    Hidden,
+    /// h_t plus a per-head projection of the embedding of the base's next token t+1.
+    HiddenAndNext,
+}
+
 /// `heads.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HeadsConfig {
@@ -47,6 +69,9 @@ pub struct HeadsConfig {
     /// 0: trained on the whole vocabulary.
     #[serde(default)]
     pub draft_vocab: usize,
+    /// What each head reads; files without the field are Medusa heads (hidden state only).
+    #[serde(default)]
+    pub input: HeadInput,
 }
 
 impl HeadsConfig {
@@ -65,6 +90,7 @@ impl HeadsConfig {
             vocab_size: base.vocab_size,
             base_model: String::new(),
             draft_vocab: 0,
+            input: HeadInput::Hidden,
         }
     }
 }
@@ -76,6 +102,8 @@ pub struct ResBlock {
 
 #[derive(Module, Debug)]
 pub struct Head {
+    /// F_k: the next token's embedding into the head's input (`HiddenAndNext` only).
+    next: Option<Linear>,
     blocks: Vec<ResBlock>,
     /// `None` for the `Shared` kind.
     lm_head: Option<Linear>,
@@ -101,6 +129,7 @@ fn tensor2(data: Vec<f32>, shape: [usize; 2], device: &Device) -> Tensor<2> {
 
 /// Key names of one head-file layout.
 trait Layout {
+    fn next_weight(&self, head: usize) -> String;
     fn block_weight(&self, head: usize, block: usize) -> String;
     fn block_bias(&self, head: usize, block: usize) -> String;
     fn lm_head(&self, head: usize) -> String;
@@ -108,6 +137,9 @@ trait Layout {
 
 struct Native;
 impl Layout for Native {
+    fn next_weight(&self, h: usize) -> String {
+        format!("heads.{h}.next.weight")
+    }
     fn block_weight(&self, h: usize, b: usize) -> String {
         format!("heads.{h}.blocks.{b}.weight")
     }
@@ -124,6 +156,10 @@ struct Reference {
     layers: usize,
 }
 impl Layout for Reference {
+    // The reference heads read the hidden state only; a config never asks for this.
+    fn next_weight(&self, h: usize) -> String {
+        format!("{h}.next.weight")
+    }
     fn block_weight(&self, h: usize, b: usize) -> String {
         format!("{h}.{b}.linear.weight")
     }
@@ -151,8 +187,9 @@ impl MedusaHeads {
         Self::build(config, &mut src, &Native, device)
     }
 
-    /// Heads from named tensors in the native layout (`heads.{h}.blocks.{b}.weight` [D, D]
-    /// as [out, in], `.bias` [D], `heads.{h}.lm_head.weight` [V, D] for the own kind).
+    /// Heads from named tensors in the native layout (`heads.{h}.next.weight` [D, D] for
+    /// the `HiddenAndNext` input, `heads.{h}.blocks.{b}.weight` [D, D] as [out, in], `.bias`
+    /// [D], `heads.{h}.lm_head.weight` [V, D] for the own kind).
     pub fn from_source(
         config: HeadsConfig,
         src: &mut dyn WeightSource,
@@ -166,6 +203,9 @@ impl MedusaHeads {
         let (d, v) = (config.hidden_size, config.vocab_size);
         let mut out = vec![];
         for h in 0..config.num_heads {
+            if config.input == HeadInput::HiddenAndNext {
+                out.push((Native.next_weight(h), vec![d, d]));
+            }
             for b in 0..config.num_layers {
                 out.push((Native.block_weight(h, b), vec![d, d]));
                 out.push((Native.block_bias(h, b), vec![d]));
@@ -191,7 +231,17 @@ impl MedusaHeads {
             });
         }
         let mut heads = Vec::with_capacity(config.num_heads);
+        let square = |w: Vec<f32>| Linear {
+            weight: Param::from_tensor(tensor2(transpose(&w, d, d), [d, d], device)),
+            bias: None,
+        };
         for h in 0..config.num_heads {
+            let next = match config.input {
+                HeadInput::Hidden => None,
+                HeadInput::HiddenAndNext => {
+                    Some(square(src.tensor(&layout.next_weight(h), &[d, d])?))
+                }
+            };
             let mut blocks = Vec::with_capacity(config.num_layers);
             for b in 0..config.num_layers {
                 let w = src.tensor(&layout.block_weight(h, b), &[d, d])?;
@@ -216,7 +266,11 @@ impl MedusaHeads {
                     })
                 }
             };
-            heads.push(Head { blocks, lm_head });
+            heads.push(Head {
+                next,
+                blocks,
+                lm_head,
+            });
         }
         src.finish(&|_| false)?;
         Ok(Self { heads, config })
@@ -264,6 +318,7 @@ impl MedusaHeads {
                     .unwrap_or_default()
                     .into(),
                 draft_vocab: 0,
+                input: HeadInput::Hidden,
             };
             (cfg, file, Box::new(Reference { layers: num_layers }))
         };
@@ -309,6 +364,14 @@ impl MedusaHeads {
                 .map_err(|e| heads_err(dir, e))
         };
         for (h, head) in self.heads.iter().enumerate() {
+            if let Some(next) = &head.next {
+                let w = transpose(&bytes(next.weight.val())?, d, d);
+                named.push((
+                    Native.next_weight(h),
+                    vec![d, d],
+                    w.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ));
+            }
             for (b, blk) in head.blocks.iter().enumerate() {
                 let w = transpose(&bytes(blk.linear.weight.val())?, d, d);
                 named.push((
@@ -367,15 +430,27 @@ impl MedusaHeads {
         self.heads.len()
     }
 
-    /// Every head's residual-block output for hidden states [R, D]: K tensors [R, D], the
-    /// input of its vocabulary projection.
-    pub fn features(&self, hidden: Tensor<2>) -> Vec<Tensor<2>> {
+    /// Every head's residual-block output for hidden states [R, D] at R positions whose
+    /// base next tokens are `next` [R]: K tensors [R, D], the input of its vocabulary
+    /// projection. `next` is read only by `HiddenAndNext` heads.
+    pub fn features(
+        &self,
+        hidden: Tensor<2>,
+        next: Tensor<1, Int>,
+        base: &LlamaModel,
+    ) -> Vec<Tensor<2>> {
+        let embedded = (self.config.input == HeadInput::HiddenAndNext)
+            .then(|| base.embed(next).cast(hidden.dtype())); // [R, D]
         self.heads
             .iter()
             .map(|head| {
-                head.blocks.iter().fold(hidden.clone(), |x, blk| {
-                    x.clone() + silu(blk.linear.forward(x))
-                })
+                let x = match (&head.next, &embedded) {
+                    (Some(f), Some(e)) => hidden.clone() + f.forward(e.clone()),
+                    _ => hidden.clone(),
+                };
+                head.blocks
+                    .iter()
+                    .fold(x, |x, blk| x.clone() + silu(blk.linear.forward(x)))
             })
             .collect()
     }
@@ -385,10 +460,16 @@ impl MedusaHeads {
         self.heads.get(h).and_then(|head| head.lm_head.as_ref())
     }
 
-    /// Logits of every head for hidden states [R, D]: K tensors [R, vocab], f32.
-    pub fn forward(&self, hidden: Tensor<2>, base: &LlamaModel) -> Vec<Tensor<2>> {
+    /// Logits of every head for hidden states [R, D] and next tokens [R] (see
+    /// [`MedusaHeads::features`]): K tensors [R, vocab], f32.
+    pub fn forward(
+        &self,
+        hidden: Tensor<2>,
+        next: Tensor<1, Int>,
+        base: &LlamaModel,
+    ) -> Vec<Tensor<2>> {
         let [r, _] = hidden.dims();
-        let xs = self.features(hidden);
+        let xs = self.features(hidden, next, base);
         match self.config.kind {
             // One projection for all heads: a single [K*R, D] x [D, V] matmul reads the
             // vocabulary matrix once instead of K times.

@@ -361,6 +361,13 @@ impl LlamaModel {
         self.embed.weight.val().device()
     }
 
+    /// Token embeddings [R, hidden] of `ids` [R] (the input layer's rows), in the compute dtype.
+    pub fn embed(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+        let [r] = ids.dims();
+        let d = self.config.hidden_size;
+        self.embed.forward(ids.reshape([1, r])).reshape([r, d])
+    }
+
     /// The vocabulary projection ([hidden, vocab] weight); heads of the `shared` kind reuse it.
     pub fn lm_head(&self) -> &Linear {
         &self.lm_head

@@ -188,7 +188,7 @@ fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
     // One proposal pass as decoding runs it: every head, read back, ranked.
     let k = heads.num_heads();
     let heads_s = time(|| {
-        let (flat, cols) = heads.logits(last.clone(), model, k)?;
+        let (flat, cols) = heads.logits(last.clone(), &[11], model, k)?;
         for h in 0..k {
             top_k(&flat[h * cols..(h + 1) * cols], MAX_RANK.min(cols));
         }
@@ -237,7 +237,12 @@ fn head_acceptance(
         let start = out.prompt_ids.len() - 1;
         let hidden = hidden.slice([start..t]);
         let rows = t - start;
-        let (flat, cols) = heads.logits(hidden, model, k)?; // [k, rows, cols]
+        // The base's next token at each row: the one after it in its own continuation
+        // (the last row has none; its heads' targets are past the end anyway).
+        let next: Vec<u32> = (start..t)
+            .map(|i| seq.get(i + 1).copied().unwrap_or(0))
+            .collect();
+        let (flat, cols) = heads.logits(hidden, &next, model, k)?; // [k, rows, cols]
         for h in 0..k {
             for i in 0..rows {
                 let Some(&target) = seq.get(start + i + h + 2) else {

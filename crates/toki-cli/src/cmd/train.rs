@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use toki_decode::{Engine, EngineOptions};
-use toki_model::HeadKind;
+use toki_model::{HeadInput, HeadKind};
 use toki_train::{Event, HiddenSet, TrainConfig, Trainer, load_documents, pack, target_counts};
 
 use crate::backend::{self, Backend};
@@ -20,6 +20,14 @@ pub enum LmHeadArg {
     Own,
     /// Every head reuses the base's frozen lm_head (small files).
     Shared,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum HeadInputArg {
+    /// The base's last hidden state only (the reference Medusa).
+    Hidden,
+    /// The hidden state plus the embedding of the base's own next token (the tree root).
+    HiddenNext,
 }
 
 #[derive(clap::Args)]
@@ -40,6 +48,9 @@ pub struct Args {
     layers: usize,
     #[arg(long, value_enum, default_value_t = LmHeadArg::Shared)]
     lm_head: LmHeadArg,
+    /// What each head reads.
+    #[arg(long, value_enum, default_value_t = HeadInputArg::Hidden)]
+    head_input: HeadInputArg,
     /// Optimizer updates (default: one epoch).
     #[arg(long, conflicts_with = "epochs")]
     steps: Option<usize>,
@@ -145,6 +156,10 @@ pub fn run(a: Args) -> Result<()> {
         checkpoint_every: a.checkpoint_every,
         eval_every: a.eval_every,
         draft_vocab,
+        input: match a.head_input {
+            HeadInputArg::Hidden => HeadInput::Hidden,
+            HeadInputArg::HiddenNext => HeadInput::HiddenAndNext,
+        },
         ..TrainConfig::default()
     };
     let mut trainer = if a.resume {
