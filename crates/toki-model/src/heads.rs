@@ -363,45 +363,38 @@ impl MedusaHeads {
                 .try_into_vec_as::<f32>()
                 .map_err(|e| heads_err(dir, e))
         };
+        // A [rows, cols] Burn tensor ([in, out] for weights) as the file's [cols, rows] bytes.
+        let entry = |name: String, t: Tensor<2>, rows: usize, cols: usize, shape: Vec<usize>| {
+            let w = transpose(&bytes(t)?, rows, cols);
+            Ok::<_, ModelError>((
+                name,
+                shape,
+                w.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            ))
+        };
         for (h, head) in self.heads.iter().enumerate() {
             if let Some(next) = &head.next {
-                let w = transpose(&bytes(next.weight.val())?, d, d);
-                named.push((
+                named.push(entry(
                     Native.next_weight(h),
+                    next.weight.val(),
+                    d,
+                    d,
                     vec![d, d],
-                    w.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                ));
+                )?);
             }
             for (b, blk) in head.blocks.iter().enumerate() {
-                let w = transpose(&bytes(blk.linear.weight.val())?, d, d);
-                named.push((
-                    Native.block_weight(h, b),
-                    vec![d, d],
-                    w.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                ));
+                let w = blk.linear.weight.val();
+                named.push(entry(Native.block_weight(h, b), w, d, d, vec![d, d])?);
                 let bias = blk
                     .linear
                     .bias
                     .as_ref()
-                    .map(|b| b.val())
+                    .map(|b| b.val().reshape([1, d]))
                     .ok_or_else(|| heads_err(dir, "block without bias"))?;
-                let bias: Vec<f32> = bias
-                    .cast(DType::F32)
-                    .try_into_vec_as()
-                    .map_err(|e| heads_err(dir, e))?;
-                named.push((
-                    Native.block_bias(h, b),
-                    vec![d],
-                    bias.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                ));
+                named.push(entry(Native.block_bias(h, b), bias, 1, d, vec![d])?);
             }
             if let Some(lm) = &head.lm_head {
-                let w = transpose(&bytes(lm.weight.val())?, d, v);
-                named.push((
-                    Native.lm_head(h),
-                    vec![v, d],
-                    w.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                ));
+                named.push(entry(Native.lm_head(h), lm.weight.val(), d, v, vec![v, d])?);
             }
         }
         let views: Vec<(String, TensorView<'_>)> = named
