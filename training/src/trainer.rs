@@ -4,8 +4,8 @@
 //! `Σ_k λ_k · CE(head_k(h_t[, token[t + 1]]), token[t + k + 2])`, k = 0..K, λ_k =
 //! `head_decay`^k, each CE a mean over the rows whose target exists and is a target token.
 //! Heads that read the next token (`HeadInput::HiddenAndNext`) get the data's token t+1:
-//! in self-distilled data that is the base's own greedy choice, the tree root at decoding. Gradients flow into the
-//! heads' residual blocks (and their own lm_heads for the `own` kind); the base's lm_head
+//! in self-distilled data that is the base's own greedy choice, the tree root at decoding.
+//! Gradients flow into the heads' residual blocks (and their own lm_heads for the `own` kind); the base's lm_head
 //! is a constant in the graph. Rows are visited in a seeded permutation per epoch, so the
 //! rows of update n depend on n alone: a resumed run repeats an uninterrupted one exactly.
 

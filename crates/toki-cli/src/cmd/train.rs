@@ -48,8 +48,9 @@ pub struct Args {
     layers: usize,
     #[arg(long, value_enum, default_value_t = LmHeadArg::Shared)]
     lm_head: LmHeadArg,
-    /// What each head reads.
-    #[arg(long, value_enum, default_value_t = HeadInputArg::Hidden)]
+    /// What each head reads (hidden-next: measured better on the demo model, see
+    /// training/README.md).
+    #[arg(long, value_enum, default_value_t = HeadInputArg::HiddenNext)]
     head_input: HeadInputArg,
     /// Optimizer updates (default: one epoch).
     #[arg(long, conflicts_with = "epochs")]
