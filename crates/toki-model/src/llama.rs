@@ -429,8 +429,7 @@ impl LlamaModel {
         .map(|b| b.cast(self.config_dtype()).reshape([1, 1, t, prefix + t]));
         //  Activations stay 2-D [T, D]: a 2-D matmul uses the transposed weight view as it
         // is, where a batched one would first copy the weight to contiguous memory.
-        let d = self.config.hidden_size;
-        let mut x = self.embed.forward(tokens.reshape([1, t])).reshape([t, d]); // [T, D]
+        let mut x = self.embed(tokens); // [T, D]
         for (i, layer) in self.layers.iter().enumerate() {
             let h = layer.attn.forward(
                 layer.attn_norm.forward(x.clone()),
