@@ -1,8 +1,8 @@
 //! Shared helpers of the integration tests.
 
 use burn::tensor::Device;
-use toki_decode::proposer::{Proposer, StepInput};
-use toki_decode::{Engine, Tree};
+use toki_decode::Engine;
+use toki_decode::proposer::{Proposer, Ranked, StepInput};
 use toki_model::testing::tiny_config;
 use toki_model::weights::RandomWeights;
 use toki_model::{LlamaModel, Precision};
@@ -23,20 +23,24 @@ pub fn tiny_engine(seed: u64, kv_heads: usize, tied: bool) -> Engine {
 /// A proposer that knows the right answer: `reference` is prompt + plain greedy output.
 /// Rank 0 of head h is the token h+1 after the root; other ranks are wrong. With `noise`,
 /// the rank-0 answer is also wrong at some (deterministic) steps, so acceptance varies.
+/// Its probabilities vary from step to step too (rank 0: 0.05 to 0.95, right or wrong), so
+/// dynamic trees take every size; an `honest` oracle gives rank 0 0.95 when it is right
+/// and 0.05 when it is wrong.
 pub struct OracleProposer {
     pub reference: Vec<u32>,
     pub depth: usize,
     pub vocab: u32,
     pub noise: bool,
+    pub honest: bool,
 }
 
 impl Proposer for OracleProposer {
     fn num_heads(&self) -> usize {
         self.depth
     }
-    fn rank(&self, input: StepInput<'_>, tree: &Tree) -> toki_decode::Result<Vec<Vec<u32>>> {
+    fn rank(&self, input: StepInput<'_>, top_k: &[usize]) -> toki_decode::Result<Vec<Ranked>> {
         let m = input.history.len();
-        Ok((0..tree.depth())
+        Ok((0..top_k.len())
             .map(|h| {
                 let right = self.reference.get(m + h).copied().unwrap_or(0);
                 let wrong_here = self.noise && (m * 7 + h * 3) % 5 < 2;
@@ -45,12 +49,17 @@ impl Proposer for OracleProposer {
                 } else {
                     right
                 };
-                (0..tree.top_k()[h] as u32)
+                let p0 = match (self.honest, wrong_here) {
+                    (true, true) => 0.05,
+                    (true, false) => 0.95,
+                    (false, _) => 0.05 + 0.1 * ((m * 13 + h * 7) % 10) as f32,
+                };
+                (0..top_k[h] as u32)
                     .map(|r| {
                         if r == 0 {
-                            best
+                            (best, p0)
                         } else {
-                            (best + r + 1) % self.vocab
+                            ((best + r + 1) % self.vocab, (1.0 - p0) / (r + 2) as f32)
                         }
                     })
                     .collect()

@@ -11,7 +11,10 @@
 
 use toki_decode::acceptance::{AcceptRule, Choice, Dist, prob};
 use toki_decode::sampling::{Rng, SampleParams, filtered_probs};
-use toki_decode::{Acceptance, Engine, Prompt, Request, Sampling, Tree, TreePolicy, TreePreset};
+use toki_decode::{
+    Acceptance, DynamicTree, Engine, HeadProposer, Prompt, Request, Sampling, Tree, TreePolicy,
+    TreePreset,
+};
 use toki_model::testing::tiny_config;
 use toki_model::weights::RandomWeights;
 use toki_model::{HeadKind, HeadsConfig, LlamaModel, MedusaHeads, Precision, RopeTables};
@@ -33,7 +36,15 @@ fn engine() -> Engine {
     Engine::from_parts(model, None, vec![], 64)
 }
 
-fn with_heads(e: Engine, random: bool, paths: &[Vec<usize>]) -> Engine {
+/// The tree a case verifies.
+enum Shape<'a> {
+    Static(&'a [Vec<usize>]),
+    /// Sized each step from the heads' probabilities; verification nearly free, so trees
+    /// are wide where the heads are unsure and deep where they are sure.
+    Dynamic,
+}
+
+fn with_heads(e: Engine, random: bool, shape: Shape<'_>) -> Engine {
     let cfg = HeadsConfig::for_model(HeadKind::Shared, 3, 1, e.model().config());
     let heads = if random {
         MedusaHeads::random(cfg, 4, 0.5, &device()).expect("heads")
@@ -41,8 +52,18 @@ fn with_heads(e: Engine, random: bool, paths: &[Vec<usize>]) -> Engine {
         // Untrained: each head proposes the base's likely next tokens.
         MedusaHeads::init(cfg, e.model()).expect("heads")
     };
-    let tree = Tree::from_paths(paths, 3, VOCAB).expect("tree");
-    e.with_heads(heads, tree).expect("speculation")
+    match shape {
+        Shape::Static(paths) => {
+            let tree = Tree::from_paths(paths, 3, VOCAB).expect("tree");
+            e.with_heads(heads, tree).expect("speculation")
+        }
+        Shape::Dynamic => {
+            let cost = (0..12).map(|n| 1.0 + 0.05 * n as f64).collect();
+            let dynamic = DynamicTree::new(cost, 0.0, 3, vec![]).expect("dynamic tree");
+            e.with_dynamic_tree(Box::new(HeadProposer::new(heads)), dynamic)
+                .expect("speculation")
+        }
+    }
 }
 
 /// Exact P(first three tokens = a, b, c) under plain sampling with `p`.
@@ -147,27 +168,33 @@ fn speculative_sampling_matches_plain_sampling() {
         vec![1, 0],
         vec![0, 0, 0],
     ];
-    let cases: Vec<(&str, Option<(bool, &[Vec<usize>])>, SampleParams)> = vec![
+    let cases: Vec<(&str, Option<(bool, Shape<'_>)>, SampleParams)> = vec![
         ("plain T=1", None, params(1.0, 0, 1.0)),
         (
             "chain-2 random heads T=1",
-            Some((true, &chain2)),
+            Some((true, Shape::Static(&chain2))),
             params(1.0, 0, 1.0),
         ),
         (
             "wide tree untrained heads T=0.7",
-            Some((false, &wide)),
+            Some((false, Shape::Static(&wide))),
             params(0.7, 0, 1.0),
         ),
         (
             "wide tree untrained heads T=1.3 top-k 5 top-p 0.9",
-            Some((false, &wide)),
+            Some((false, Shape::Static(&wide))),
             params(1.3, 5, 0.9),
+        ),
+        (
+            "dynamic tree untrained heads T=1",
+            Some((false, Shape::Dynamic)),
+            params(1.0, 0, 1.0),
         ),
     ];
     for (name, spec, p) in cases {
+        let speculative = spec.is_some();
         let e = match spec {
-            Some((random, paths)) => with_heads(engine(), random, paths),
+            Some((random, shape)) => with_heads(engine(), random, shape),
             None => engine(),
         };
         let exact = exact_joint(e.model(), &p);
@@ -180,7 +207,7 @@ fn speculative_sampling_matches_plain_sampling() {
             stat < crit,
             "{name}: chi2 {stat:.1} >= {crit:.1} (TV {tv:.4})"
         );
-        if spec.is_some() {
+        if speculative {
             assert!(
                 tau > 1.05,
                 "{name}: proposals were never accepted ({tau:.2} tokens/step); the check would be vacuous"
@@ -206,7 +233,11 @@ impl AcceptRule for AcceptTopTwo {
 #[test]
 fn a_wrong_acceptance_rule_fails_the_same_test() {
     let p = params(1.0, 0, 1.0);
-    let e = with_heads(engine(), false, &TreePreset::Chain(2).paths());
+    let e = with_heads(
+        engine(),
+        false,
+        Shape::Static(&TreePreset::Chain(2).paths()),
+    );
     let exact = exact_joint(e.model(), &p);
     let (obs, _) = counts(&e, &p, Some(&AcceptTopTwo));
     let (stat, df, crit, tv) = chi_square(&obs, &exact);
@@ -224,7 +255,7 @@ fn a_wrong_acceptance_rule_fails_the_same_test() {
 #[test]
 fn seeded_sampling_repeats_exactly_plain_and_speculative() {
     let wide = vec![vec![0], vec![1], vec![0, 0]];
-    for e in [engine(), with_heads(engine(), false, &wide)] {
+    for e in [engine(), with_heads(engine(), false, Shape::Static(&wide))] {
         for acceptance in [Acceptance::Lossless, Acceptance::TYPICAL_DEFAULT] {
             let req = |seed| Request {
                 sampling: Sampling::Sample(SampleParams {

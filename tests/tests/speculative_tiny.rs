@@ -1,7 +1,9 @@
 //! Golden equivalence on tiny random models: speculative greedy == plain greedy, token for
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
-use toki_decode::{HeadProposer, Prompt, Request, Tree, TreePolicy, TreePreset};
+use toki_decode::{
+    DynamicTree, Engine, HeadProposer, Prompt, Request, Tree, TreePolicy, TreePreset,
+};
 use toki_model::{DraftVocab, HeadInput, HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
 
@@ -17,85 +19,92 @@ fn trees() -> Vec<Vec<Vec<usize>>> {
     t
 }
 
+/// The proposers every tree is checked with: random heads, untrained heads (the base's own
+/// next-token guess), a noisy oracle, the same heads scoring a draft vocabulary, and heads
+/// that also read the root token.
+fn proposers(
+    engine: &Engine,
+    seed: u64,
+    reference: &[u32],
+) -> Vec<Box<dyn toki_decode::proposer::Proposer>> {
+    let device = engine.model().device();
+    let random = MedusaHeads::random(heads_config(5, HeadKind::Own), seed, 0.3, &device).unwrap();
+    let untrained = MedusaHeads::init(heads_config(5, HeadKind::Shared), engine.model()).unwrap();
+    let oracle = OracleProposer {
+        reference: reference.to_vec(),
+        depth: 5,
+        vocab: 64,
+        noise: true,
+        honest: false,
+    };
+    // A draft vocabulary (every third token, then the rest of the first 40): proposals
+    // outside it are impossible, output not.
+    let draft_ids: Vec<u32> = (0..64).step_by(3).chain(1..40).fold(vec![], |mut v, t| {
+        if !v.contains(&t) {
+            v.push(t);
+        }
+        v
+    });
+    let draft = |heads: MedusaHeads| {
+        let d = DraftVocab::new(draft_ids.clone(), &heads, engine.model()).unwrap();
+        HeadProposer::with_draft(heads, d)
+    };
+    // Heads that also read the root token (random weights, so it matters).
+    let next_input = MedusaHeads::random(
+        HeadsConfig {
+            input: HeadInput::HiddenAndNext,
+            ..heads_config(5, HeadKind::Shared)
+        },
+        seed + 100,
+        0.3,
+        &device,
+    )
+    .unwrap();
+    vec![
+        Box::new(HeadProposer::new(random.clone())),
+        Box::new(HeadProposer::new(untrained.clone())),
+        Box::new(oracle),
+        Box::new(draft(random)),
+        Box::new(draft(untrained)),
+        Box::new(draft(next_input)),
+    ]
+}
+
+/// The plain greedy run every speculative one must equal, and prompt + output.
+fn plain_run(seed: u64, kv: usize, tied: bool, tokens: usize) -> (Request, Vec<u32>, Vec<u32>) {
+    let p = prompt(seed, 9, 64);
+    let req = Request {
+        tree_policy: TreePolicy::Always,
+        ..Request::greedy(Prompt::Ids(p.clone()), tokens)
+    };
+    let plain = tiny_engine(seed, kv, tied).generate(&req).unwrap();
+    assert_eq!(plain.output_ids.len(), tokens);
+    let mut reference = p;
+    reference.extend(&plain.output_ids);
+    (req, plain.output_ids, reference)
+}
+
+const MODELS: [(u64, usize, bool); 4] = [(1, 4, true), (2, 2, false), (3, 1, true), (4, 2, true)];
+
 #[test]
 fn speculative_equals_plain_on_tiny_models() {
     let mut checked = 0;
     let mut accepted_somewhere = false;
-    for (seed, kv, tied) in [
-        (1u64, 4usize, true),
-        (2, 2, false),
-        (3, 1, true),
-        (4, 2, true),
-    ] {
-        let plain_engine = tiny_engine(seed, kv, tied);
-        let p = prompt(seed, 9, 64);
-        let req = Request {
-            tree_policy: TreePolicy::Always,
-            ..Request::greedy(Prompt::Ids(p.clone()), 40)
-        };
-        let plain = plain_engine.generate(&req).unwrap();
-        assert_eq!(plain.output_ids.len(), 40);
-        let mut reference = p.clone();
-        reference.extend(&plain.output_ids);
+    for (seed, kv, tied) in MODELS {
+        let (req, plain, reference) = plain_run(seed, kv, tied, 40);
         for (ti, paths) in trees().iter().enumerate() {
             let tree = Tree::from_paths(paths, 5, 10).unwrap();
-            // Proposers: random heads, untrained heads (the base's own next-token
-            // guess), and a noisy oracle.
-            let random = MedusaHeads::random(
-                heads_config(5, HeadKind::Own),
-                seed + ti as u64,
-                0.3,
-                &plain_engine.model().device(),
-            )
-            .unwrap();
-            let untrained =
-                MedusaHeads::init(heads_config(5, HeadKind::Shared), plain_engine.model()).unwrap();
-            let oracle = OracleProposer {
-                reference: reference.clone(),
-                depth: 5,
-                vocab: 64,
-                noise: true,
-            };
-            // The same heads scoring only a draft vocabulary (every third token, then
-            // the rest of the first 40): proposals outside it are impossible, output not.
-            let draft_ids: Vec<u32> = (0..64).step_by(3).chain(1..40).fold(vec![], |mut v, t| {
-                if !v.contains(&t) {
-                    v.push(t);
-                }
-                v
-            });
-            let draft = |heads: MedusaHeads| {
-                let d = DraftVocab::new(draft_ids.clone(), &heads, plain_engine.model()).unwrap();
-                HeadProposer::with_draft(heads, d)
-            };
-            // Heads that also read the root token (random weights, so it matters).
-            let next_input = MedusaHeads::random(
-                HeadsConfig {
-                    input: HeadInput::HiddenAndNext,
-                    ..heads_config(5, HeadKind::Shared)
-                },
-                seed + 100 + ti as u64,
-                0.3,
-                &plain_engine.model().device(),
-            )
-            .unwrap();
-            let random_draft = draft(random.clone());
-            let untrained_draft = draft(untrained.clone());
-            let proposers: Vec<Box<dyn toki_decode::proposer::Proposer>> = vec![
-                Box::new(HeadProposer::new(random)),
-                Box::new(HeadProposer::new(untrained)),
-                Box::new(oracle),
-                Box::new(random_draft),
-                Box::new(untrained_draft),
-                Box::new(draft(next_input)),
-            ];
-            for (pi, proposer) in proposers.into_iter().enumerate() {
+            let engine = tiny_engine(seed, kv, tied);
+            for (pi, proposer) in proposers(&engine, seed + ti as u64, &reference)
+                .into_iter()
+                .enumerate()
+            {
                 let engine = tiny_engine(seed, kv, tied)
                     .with_proposer(proposer, tree.clone())
                     .unwrap();
                 let spec = engine.generate(&req).unwrap();
                 assert_eq!(
-                    spec.output_ids, plain.output_ids,
+                    spec.output_ids, plain,
                     "seed {seed} tree {ti} proposer {pi}"
                 );
                 assert_eq!(
@@ -109,10 +118,7 @@ fn speculative_equals_plain_on_tiny_models() {
                     tree_policy: TreePolicy::Adaptive,
                     ..req.clone()
                 };
-                assert_eq!(
-                    engine.generate(&adaptive).unwrap().output_ids,
-                    plain.output_ids
-                );
+                assert_eq!(engine.generate(&adaptive).unwrap().output_ids, plain);
                 checked += 1;
             }
         }
@@ -121,6 +127,92 @@ fn speculative_equals_plain_on_tiny_models() {
     assert!(
         accepted_somewhere,
         "no proposal was ever accepted: the test would not see a wrong acceptance"
+    );
+}
+
+#[test]
+fn dynamic_trees_equal_plain_on_tiny_models() {
+    // Cost curves: a CPU's (steep), a GPU's (flat up to 64 nodes), and a calibration that
+    // makes every head look sure (deep trees from random heads).
+    let steep: Vec<f64> = (0..16).map(|n| 1.0 + 0.04 * n as f64 * n as f64).collect();
+    let flat: Vec<f64> = (0..64).map(|n| 1.0 + 0.002 * n as f64).collect();
+    let dynamics = [
+        DynamicTree::new(steep.clone(), 0.03, 4, vec![]).unwrap(),
+        DynamicTree::new(flat, 0.01, 10, vec![]).unwrap(),
+        DynamicTree::new(steep, 0.03, 3, vec![vec![0.9, 0.95]; 5]).unwrap(),
+    ];
+    let (mut checked, mut sizes) = (0, std::collections::BTreeSet::new());
+    for (seed, kv, tied) in MODELS {
+        let (req, plain, reference) = plain_run(seed, kv, tied, 40);
+        for (di, dynamic) in dynamics.iter().enumerate() {
+            let engine = tiny_engine(seed, kv, tied);
+            for (pi, proposer) in proposers(&engine, seed + di as u64, &reference)
+                .into_iter()
+                .enumerate()
+            {
+                let engine = tiny_engine(seed, kv, tied)
+                    .with_dynamic_tree(proposer, dynamic.clone())
+                    .unwrap();
+                let spec = engine.generate(&req).unwrap();
+                assert_eq!(
+                    spec.output_ids, plain,
+                    "seed {seed} dynamic {di} proposer {pi}"
+                );
+                sizes.insert(spec.stats.verified_nodes * 100 / spec.stats.steps);
+                for policy in [TreePolicy::Adaptive, TreePolicy::Never] {
+                    let other = Request {
+                        tree_policy: policy,
+                        ..req.clone()
+                    };
+                    assert_eq!(engine.generate(&other).unwrap().output_ids, plain);
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 4 * 3 * 6);
+    assert!(sizes.len() > 10, "tree sizes barely varied: {sizes:?}");
+}
+
+#[test]
+fn dynamic_trees_spend_nodes_where_the_heads_are_sure() {
+    // An oracle that is sure (0.95) when right and unsure (0.05) when wrong: the dynamic
+    // tree stops each chain where the oracle goes wrong, so it accepts exactly what the
+    // static chain accepts while verifying fewer nodes.
+    let (req, plain, reference) = plain_run(11, 2, true, 60);
+    let oracle = || OracleProposer {
+        reference: reference.clone(),
+        depth: 4,
+        vocab: 64,
+        noise: true,
+        honest: true,
+    };
+    let chain = Tree::from_paths(&TreePreset::Chain(4).paths(), 4, 1).unwrap();
+    let fixed = tiny_engine(11, 2, true)
+        .with_proposer(Box::new(oracle()), chain)
+        .unwrap()
+        .generate(&req)
+        .unwrap();
+    let cost: Vec<f64> = (0..8).map(|n| 1.0 + 0.05 * n as f64).collect();
+    let dynamic = DynamicTree::new(cost, 0.0, 1, vec![]).unwrap();
+    let sized = tiny_engine(11, 2, true)
+        .with_dynamic_tree(Box::new(oracle()), dynamic)
+        .unwrap()
+        .generate(&req)
+        .unwrap();
+    assert_eq!(fixed.output_ids, plain);
+    assert_eq!(sized.output_ids, plain);
+    assert_eq!(sized.stats.accept_lengths, fixed.stats.accept_lengths);
+    assert!(
+        fixed.stats.mean_accepted > 1.5,
+        "{}",
+        fixed.stats.mean_accepted
+    );
+    assert!(
+        sized.stats.verified_nodes < fixed.stats.verified_nodes * 3 / 4,
+        "{} vs {} nodes",
+        sized.stats.verified_nodes,
+        fixed.stats.verified_nodes
     );
 }
 
@@ -143,6 +235,7 @@ fn perfect_oracle_reaches_depth_plus_one_tokens_per_step() {
             depth,
             vocab: 64,
             noise: false,
+            honest: false,
         };
         let tree = Tree::from_paths(&TreePreset::Chain(depth).paths(), depth, 1).unwrap();
         let engine = tiny_engine(7, 2, true)
@@ -192,6 +285,7 @@ fn context_end_falls_back_to_plain_steps() {
         depth: 4,
         vocab: 64,
         noise: true,
+        honest: false,
     };
     let tree = Tree::from_paths(&TreePreset::Small.paths(), 4, 2).unwrap();
     let spec = small(mk())

@@ -3,6 +3,7 @@
 mod backend;
 mod cmd;
 mod heads;
+mod tree;
 
 use clap::{Parser, Subcommand};
 

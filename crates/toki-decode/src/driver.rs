@@ -1,5 +1,6 @@
 //! The decoding loop. Plain decoding: prefill the prompt, then one base-model pass per token.
 
+use std::borrow::Cow;
 use std::ops::ControlFlow;
 use std::time::Instant;
 
@@ -8,11 +9,12 @@ use toki_model::AttnMask;
 
 use crate::acceptance::AcceptRule;
 use crate::adapt::{Policy, StepKind, TreePolicy};
-use crate::engine::{Emitted, Engine};
+use crate::engine::{Emitted, Engine, Speculation, TreeShape};
 use crate::error::{DecodeError, Result};
-use crate::proposer::{StepInput, propose};
+use crate::proposer::{StepInput, node_tokens, propose};
 use crate::request::{FinishReason, Output, Request, Stats};
 use crate::sampling::{Rng, Sampling, draw, filtered_probs};
+use crate::tree::{Tree, TreeBuffers};
 use crate::verifier::{Verdict, verify_greedy, verify_sampled};
 
 /// Next-token choice for every row of `logits` [R, vocab], read back in one transfer.
@@ -141,7 +143,7 @@ impl<'a> Progress<'a> {
 /// walks the tree on the base's filtered distributions), from the tree's logits [N, vocab].
 fn verify(
     logits: Tensor<2>,
-    buffers: &crate::tree::TreeBuffers,
+    buffers: &TreeBuffers,
     tokens: &[u32],
     sampling: &Sampling,
     rule: &dyn AcceptRule,
@@ -158,6 +160,33 @@ fn verify(
             let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
             let dist = |i: usize| filtered_probs(&flat[i * vocab..(i + 1) * vocab], p);
             Ok(verify_sampled(buffers, tokens, dist, rule, rng))
+        }
+    }
+}
+
+/// A speculative step's node tokens and tree: the static tree filled by the heads, or a
+/// tree sized from their confidence (the root alone when nothing is worth verifying).
+fn draft<'e>(
+    engine: &'e Engine,
+    s: &'e Speculation,
+    input: StepInput<'_>,
+    root: u32,
+    lambda: f64,
+) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>)> {
+    let heads = s.heads.as_ref();
+    match &s.shape {
+        TreeShape::Static { tree, buffers } => {
+            Ok((propose(heads, input, tree)?, Cow::Borrowed(buffers)))
+        }
+        TreeShape::Dynamic(d) => {
+            let ranked = heads.rank(input, &vec![d.max_rank; heads.num_heads()])?;
+            let paths = d.choose(&ranked, lambda);
+            if paths.is_empty() {
+                return Ok((vec![root], Cow::Borrowed(&engine.root_buffers)));
+            }
+            let tree = Tree::from_paths(&paths, heads.num_heads(), d.max_rank)?;
+            let tokens = node_tokens(root, &ranked, &tree)?;
+            Ok((tokens, Cow::Owned(tree.buffers(&engine.device()))))
         }
     }
 }
@@ -186,10 +215,10 @@ pub(crate) fn run(
         return progress.finish(prompt_ids, FinishReason::MaxTokens, stats);
     }
     let spec = engine.speculation.as_ref();
-    let tree_len = spec.map_or(1, |s| s.tree.len());
+    let tree_len = spec.map_or(1, |s| s.shape.max_nodes());
     let capacity = (n + request.max_new_tokens + tree_len).min(engine.context);
     let mut cache = model.new_cache(capacity);
-    let mut accepted_per_head = vec![0usize; spec.map_or(0, |s| s.tree.depth())];
+    let mut accepted_per_head = vec![0usize; spec.map_or(0, |s| s.shape.depth(s.heads.as_ref()))];
 
     let t0 = Instant::now();
     let hidden = model.forward(
@@ -212,6 +241,8 @@ pub(crate) fn run(
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
     let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
     let mut policy = Policy::with_prior(request.tree_policy, prior);
+    // Dynamic trees: tokens per unit of cost so far (see `dynamic`); plain decoding's 1.
+    let mut lambda = 1.0;
     while reason.is_none() {
         let prefix = cache.len();
         if prefix + 1 > capacity {
@@ -222,9 +253,9 @@ pub(crate) fn run(
         // The policy may choose a plain step; near the end of the context a full tree may
         // not fit: the root alone then.
         let step_spec = spec.filter(|s| {
-            policy.next() == StepKind::Speculative && prefix + s.tree.len() <= capacity
+            policy.next() == StepKind::Speculative && prefix + s.shape.max_nodes() <= capacity
         });
-        let (tokens, mask, buffers) = match step_spec {
+        let (tokens, buffers) = match step_spec {
             Some(s) => {
                 // Append only what the last steps added (prompt + generated so far).
                 history.extend_from_slice(&progress.tokens[history.len() - n..]);
@@ -233,13 +264,13 @@ pub(crate) fn run(
                     hidden: last_hidden,
                     history: &history,
                 };
-                (
-                    propose(s.heads.as_ref(), input, &s.tree)?,
-                    AttnMask::Tree(s.buffers.mask.clone()),
-                    &s.buffers,
-                )
+                draft(engine, s, input, root, lambda)?
             }
-            None => (vec![root], AttnMask::Causal, &engine.root_buffers),
+            None => (vec![root], Cow::Borrowed(&engine.root_buffers)),
+        };
+        let mask = match tokens.len() {
+            1 => AttnMask::Causal,
+            _ => AttnMask::Tree(buffers.mask.clone()),
         };
         let positions: Vec<u32> = buffers
             .depths
@@ -254,7 +285,7 @@ pub(crate) fn run(
             &engine.rope,
         ); // [N, D]
         let logits = model.logits(hidden.clone()); // [N, vocab]
-        let verdict = verify(logits, buffers, &tokens, &request.sampling, rule, &mut rng)?;
+        let verdict = verify(logits, &buffers, &tokens, &request.sampling, rule, &mut rng)?;
         cache.compact(tokens.len(), &verdict.accepted);
         let last = *verdict.accepted.last().unwrap_or(&0);
         last_hidden = hidden.slice([last..last + 1]);
@@ -267,9 +298,13 @@ pub(crate) fn run(
         let mut emitted: Vec<u32> = verdict.accepted[1..].iter().map(|&i| tokens[i]).collect();
         emitted.push(root);
         stats.steps += 1;
+        stats.verified_nodes += tokens.len();
         let kind = match step_spec {
-            Some(_) => {
+            Some(s) => {
                 stats.speculative_steps += 1;
+                if let TreeShape::Dynamic(d) = &s.shape {
+                    lambda = d.next_lambda(lambda, tokens.len(), emitted.len());
+                }
                 StepKind::Speculative
             }
             None => StepKind::Plain,

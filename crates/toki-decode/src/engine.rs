@@ -11,6 +11,7 @@ use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision, Ro
 
 use crate::acceptance::{AcceptRule, Acceptance, Lossless, Typical};
 use crate::adapt::Estimates;
+use crate::dynamic::DynamicTree;
 use crate::error::{DecodeError, Result};
 use crate::proposer::{HeadProposer, Proposer};
 use crate::request::{Output, Prompt, Request};
@@ -51,8 +52,33 @@ pub struct Engine {
 /// The proposer (Medusa heads) and the tree it fills.
 pub struct Speculation {
     pub heads: Box<dyn Proposer>,
-    pub tree: Tree,
-    pub buffers: TreeBuffers,
+    pub shape: TreeShape,
+}
+
+/// Which tree a speculative step verifies.
+pub enum TreeShape {
+    /// The same tree every step.
+    Static { tree: Tree, buffers: TreeBuffers },
+    /// A tree sized each step from the heads' confidence ([`crate::dynamic`]).
+    Dynamic(DynamicTree),
+}
+
+impl TreeShape {
+    /// How many heads deep its trees go.
+    pub fn depth(&self, heads: &dyn Proposer) -> usize {
+        match self {
+            Self::Static { tree, .. } => tree.depth(),
+            Self::Dynamic(_) => heads.num_heads(),
+        }
+    }
+
+    /// The most nodes a step verifies, root included.
+    pub fn max_nodes(&self) -> usize {
+        match self {
+            Self::Static { tree, .. } => tree.len(),
+            Self::Dynamic(d) => d.max_nodes(),
+        }
+    }
 }
 
 /// Tokens handed to a streaming callback as they are accepted.
@@ -145,8 +171,28 @@ impl Engine {
         let buffers = tree.buffers(&self.device());
         self.speculation = Some(Speculation {
             heads,
-            tree,
-            buffers,
+            shape: TreeShape::Static { tree, buffers },
+        });
+        self.estimates = Default::default();
+        Ok(self)
+    }
+
+    /// Decode speculatively with a tree sized each step from the heads' confidence. Ranks
+    /// beyond what the heads can give (a draft vocabulary's size) are not considered.
+    pub fn with_dynamic_tree(
+        mut self,
+        heads: Box<dyn Proposer>,
+        mut dynamic: DynamicTree,
+    ) -> Result<Self> {
+        if heads.num_heads() == 0 {
+            return Err(DecodeError::Tree(
+                "a dynamic tree needs at least one head".into(),
+            ));
+        }
+        dynamic.max_rank = dynamic.max_rank.min(heads.max_rank());
+        self.speculation = Some(Speculation {
+            heads,
+            shape: TreeShape::Dynamic(dynamic),
         });
         self.estimates = Default::default();
         Ok(self)

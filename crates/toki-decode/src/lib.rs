@@ -17,6 +17,7 @@ pub mod acceptance;
 pub mod adapt;
 pub mod batch;
 pub mod driver;
+pub mod dynamic;
 pub mod engine;
 pub mod error;
 pub mod proposer;
@@ -27,7 +28,8 @@ pub mod verifier;
 
 pub use acceptance::{AcceptRule, Acceptance};
 pub use adapt::TreePolicy;
-pub use engine::{Emitted, Engine, EngineOptions, Speculation};
+pub use dynamic::DynamicTree;
+pub use engine::{Emitted, Engine, EngineOptions, Speculation, TreeShape};
 pub use error::{DecodeError, Result};
 pub use proposer::{HeadProposer, Proposer};
 pub use request::{FinishReason, Output, Prompt, Request, Stats};

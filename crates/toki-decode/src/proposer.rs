@@ -29,6 +29,9 @@ pub struct StepInput<'a> {
     pub history: &'a [u32],
 }
 
+/// One head's proposals, best first: (token, the probability the head gives it).
+pub type Ranked = Vec<(u32, f32)>;
+
 /// Fills a tree with draft tokens. Medusa heads are the proposer toki ships; tests use an
 /// oracle that knows the answer.
 pub trait Proposer: Send + Sync {
@@ -38,8 +41,10 @@ pub trait Proposer: Send + Sync {
     fn max_rank(&self) -> usize {
         usize::MAX
     }
-    /// `ranked[h]`: head h's proposals, best first, at least `tree.top_k()[h]` of them.
-    fn rank(&self, input: StepInput<'_>, tree: &Tree) -> Result<Vec<Vec<u32>>>;
+    /// `ranked[h]` for h < `top_k.len()`: head h's `top_k[h]` best proposals, best first,
+    /// with their probabilities (a static tree ignores them; a dynamic one sizes itself
+    /// from them, [`crate::dynamic`]).
+    fn rank(&self, input: StepInput<'_>, top_k: &[usize]) -> Result<Vec<Ranked>>;
 }
 
 /// Medusa heads as a proposer, scoring the whole vocabulary or a [`DraftVocab`].
@@ -110,8 +115,8 @@ impl Proposer for HeadProposer {
         self.draft.as_ref().map_or(usize::MAX, |d| d.len())
     }
 
-    fn rank(&self, input: StepInput<'_>, tree: &Tree) -> Result<Vec<Vec<u32>>> {
-        let depth = tree.depth();
+    fn rank(&self, input: StepInput<'_>, k: &[usize]) -> Result<Vec<Ranked>> {
+        let depth = k.len();
         let root = *input
             .history
             .last()
@@ -119,13 +124,25 @@ impl Proposer for HeadProposer {
         let (flat, cols) = self.logits(input.hidden, &[root], input.base, depth)?; // [depth, C]
         Ok((0..depth)
             .map(|h| {
-                top_k(&flat[h * cols..(h + 1) * cols], tree.top_k()[h])
-                    .into_iter()
-                    .map(|c| self.token(c))
+                let row = &flat[h * cols..(h + 1) * cols];
+                let best = top_k(row, k[h]);
+                let probs = softmax_at(row, &best);
+                best.into_iter()
+                    .zip(probs)
+                    .map(|(c, p)| (self.token(c), p))
                     .collect()
             })
             .collect())
     }
+}
+
+/// Softmax probabilities of `logits` at the columns `at`.
+pub fn softmax_at(logits: &[f32], at: &[usize]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let z: f64 = logits.iter().map(|&x| f64::from(x - max).exp()).sum();
+    at.iter()
+        .map(|&c| (f64::from(logits[c] - max).exp() / z) as f32)
+        .collect()
 }
 
 /// Token of every tree node: node 0 is the root (the base's own next token, the last of
@@ -135,17 +152,22 @@ pub fn propose(proposer: &dyn Proposer, input: StepInput<'_>, tree: &Tree) -> Re
         .history
         .last()
         .ok_or_else(|| DecodeError::Request("empty history".into()))?;
-    let mut tokens = vec![root];
     if tree.len() == 1 {
-        return Ok(tokens);
+        return Ok(vec![root]);
     }
-    let ranked = proposer.rank(input, tree)?;
+    let ranked = proposer.rank(input, tree.top_k())?;
+    node_tokens(root, &ranked, tree)
+}
+
+/// Tokens of `tree`'s nodes from the heads' ranked proposals (node 0: `root`).
+pub fn node_tokens(root: u32, ranked: &[Ranked], tree: &Tree) -> Result<Vec<u32>> {
+    let mut tokens = vec![root];
     for node in 1..tree.len() {
         let (h, r) = tree.source(node);
         let t = ranked.get(h).and_then(|x| x.get(r)).ok_or_else(|| {
             DecodeError::Tree(format!("proposer gave no rank-{r} token for head {h}"))
         })?;
-        tokens.push(*t);
+        tokens.push(t.0);
     }
     Ok(tokens)
 }
@@ -158,5 +180,14 @@ mod tests {
     fn top_k_orders_and_breaks_ties_by_index() {
         assert_eq!(top_k(&[0.1, 0.9, 0.5, 0.9], 3), vec![1, 3, 2]);
         assert_eq!(top_k(&[1.0, 2.0], 5), vec![1, 0]);
+    }
+
+    #[test]
+    fn softmax_at_matches_the_full_softmax() {
+        let l = [1.0f32, 3.0, 0.5, 3.0];
+        let z: f32 = l.iter().map(|x| x.exp()).sum();
+        let p = softmax_at(&l, &[1, 2]);
+        assert!((p[0] - 3f32.exp() / z).abs() < 1e-6);
+        assert!((p[1] - 0.5f32.exp() / z).abs() < 1e-6);
     }
 }

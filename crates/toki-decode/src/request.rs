@@ -76,6 +76,9 @@ pub struct Stats {
     /// Of those, the ones that verified a tree (the rest were plain steps the adaptive
     /// policy chose, or that the context end forced).
     pub speculative_steps: usize,
+    /// Tree nodes verified over all steps, roots included (`verified_nodes / steps`: the
+    /// mean tree size; dynamic trees vary from step to step).
+    pub verified_nodes: usize,
     /// Tokens produced by each step (1 for plain decoding).
     pub accept_lengths: Vec<usize>,
     /// Mean of `accept_lengths`: τ, tokens per base-model pass.

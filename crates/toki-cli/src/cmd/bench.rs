@@ -14,12 +14,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::json;
 use toki_decode::{
-    Engine, EngineOptions, HeadProposer, Output, Prompt, Proposer, Request, Sampling, TreePolicy,
+    Engine, EngineOptions, HeadProposer, Output, Prompt, Request, Sampling, TreePolicy,
 };
 use toki_model::tokenizer::Message;
 
 use super::bench_report;
-use super::generate::{AcceptanceArgs, SamplingArgs, load_tree};
+use super::generate::{AcceptanceArgs, SamplingArgs};
 use crate::backend::{self, Backend};
 use crate::heads::{self, DraftArg};
 
@@ -54,10 +54,9 @@ pub struct Args {
     /// JSONL: {"category": "...", "prompt": "...", "chat": true} per line.
     #[arg(long)]
     prompts: PathBuf,
-    /// Candidate tree: a preset, a JSON file (e.g. from `toki calibrate`), or `auto`
-    /// (calibrate now, on up to 8 prompts spread over the file).
-    #[arg(long, default_value = "small")]
-    tree: String,
+    /// `--tree auto` calibrates now, on up to 8 prompts spread over the file.
+    #[command(flatten)]
+    tree: crate::tree::TreeArgs,
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
     /// Plain/speculative pairs per prompt (after one warm-up pair).
@@ -128,6 +127,8 @@ pub struct PromptResult {
     pub spec_tokens_per_s: f64,
     pub speedup: f64,
     pub tau: f64,
+    /// Tree nodes verified per step of the speculative runs (roots included).
+    pub nodes_per_step: f64,
     pub head_acceptance: Vec<f64>,
     pub tokens: usize,
     pub identical: bool,
@@ -143,6 +144,7 @@ pub struct Summary {
     pub speedup_median: f64,
     pub speedup_min: f64,
     pub speedup_max: f64,
+    pub nodes_per_step: f64,
     pub head_acceptance: Vec<f64>,
 }
 
@@ -170,6 +172,7 @@ pub fn summarize(rs: &[&PromptResult]) -> Summary {
         speedup_median: median,
         speedup_min: s.first().copied().unwrap_or(0.0),
         speedup_max: s.last().copied().unwrap_or(0.0),
+        nodes_per_step: mean(&|r| r.nodes_per_step),
         head_acceptance: (0..heads)
             .map(|k| mean(&|r| r.head_acceptance.get(k).copied().unwrap_or(0.0)))
             .collect(),
@@ -189,36 +192,20 @@ pub fn run(a: Args) -> Result<()> {
         });
     }
     let (engine, heads) = a.target.load()?;
-    let tree = if a.tree == "auto" {
-        // Up to 8 prompts spread over the file (and so over its categories).
-        let stride = prompts.len().div_ceil(8).max(1);
-        let calib: Vec<Prompt> = prompts.iter().step_by(stride).map(to_prompt).collect();
-        let c = super::calibrate::auto_tree(&engine, &heads, &calib, a.max_new_tokens.min(64))?;
-        let n = c.tree.len();
-        eprintln!(
-            "--tree auto: {n} node(s), expected {:.2} tokens/step, {:.2}x plain (verify cost ratio {:.2}, heads {:.2}; head top-1 acceptance {})",
-            c.expected_tokens[n - 1],
-            c.expected_speedup[n - 1],
-            c.cost_s[n - 1] / c.cost_s[0],
-            c.heads_s / c.cost_s[0],
-            c.acceptance
-                .iter()
-                .map(|r| format!("{:.2}", r[0]))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        c.tree
-    } else {
-        load_tree(&a.tree, heads.num_heads())?
-    };
-    let tree_nodes = tree.len();
+    // Up to 8 prompts spread over the file (and so over its categories) for `auto`.
+    let stride = prompts.len().div_ceil(8).max(1);
+    let calib: Vec<Prompt> = prompts.iter().step_by(stride).map(to_prompt).collect();
+    let tree = a
+        .tree
+        .resolve(&engine, &heads, &calib, a.max_new_tokens.min(64))?;
+    let tree_desc = tree.describe();
     // Columns the heads score: the draft vocabulary, or the whole vocabulary.
     let draft_vocab = heads
         .draft()
         .map_or(engine.model().config().vocab_size, |d| d.len());
     tracing::info!("heads score {draft_vocab} tokens");
-    tracing::info!("tree of {} nodes, depth {}", tree.len(), tree.depth());
-    let engine = engine.with_proposer(Box::new(heads), tree)?;
+    eprintln!("tree: {tree_desc}");
+    let engine = tree.install(engine, heads)?;
     let spec_policy = if a.no_adapt {
         TreePolicy::Always
     } else {
@@ -242,6 +229,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut results = vec![];
     for p in &prompts {
         let (mut plain_tps, mut spec_tps, mut tau, mut identical) = (0.0, 0.0, 0.0, true);
+        let mut nodes = 0.0;
         let mut heads_acc: Vec<f64> = vec![];
         let mut tokens = 0;
         for _ in 0..a.repeat.max(1) {
@@ -252,6 +240,7 @@ pub fn run(a: Args) -> Result<()> {
             plain_tps += plain.stats.tokens_per_s;
             spec_tps += spec.stats.tokens_per_s;
             tau += tokens_per_pass(&spec);
+            nodes += spec.stats.verified_nodes as f64 / spec.stats.steps.max(1) as f64;
             tokens += spec.output_ids.len();
             if heads_acc.is_empty() {
                 heads_acc = vec![0.0; spec.stats.head_acceptance.len()];
@@ -275,6 +264,7 @@ pub fn run(a: Args) -> Result<()> {
             spec_tokens_per_s: spec_tps / r,
             speedup: spec_tps / plain_tps.max(1e-9),
             tau: tau / r,
+            nodes_per_step: nodes / r,
             head_acceptance: heads_acc.iter().map(|x| x / r).collect(),
             tokens,
             identical,
@@ -304,7 +294,7 @@ pub fn run(a: Args) -> Result<()> {
         let v = json!({
             "mismatches": mismatches,
             "temperature": a.sampling.temperature,
-            "tree_nodes": tree_nodes,
+            "tree": tree_desc,
             "draft_vocab": draft_vocab,
             "overall": overall,
             "categories": categories,

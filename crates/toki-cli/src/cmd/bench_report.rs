@@ -18,9 +18,9 @@ pub fn table(categories: &BTreeMap<String, Summary>, overall: &Summary) -> Strin
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| category | prompts | tau | plain tok/s | spec tok/s | speedup median | min | max | head acceptance |"
+        "| category | prompts | tau | nodes/step | plain tok/s | spec tok/s | speedup median | min | max | head acceptance |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     let rows = categories
         .iter()
         .map(|(c, x)| (c.as_str(), x))
@@ -28,9 +28,10 @@ pub fn table(categories: &BTreeMap<String, Summary>, overall: &Summary) -> Strin
     for (name, x) in rows {
         let _ = writeln!(
             s,
-            "| {name} | {} | {:.2} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x | {} |",
+            "| {name} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x | {} |",
             x.prompts,
             x.tau,
+            x.nodes_per_step,
             x.plain_tokens_per_s,
             x.spec_tokens_per_s,
             x.speedup_median,

@@ -5,10 +5,14 @@
 //! 2. Acceptance: on calibration prompts, the base's own greedy continuations are known;
 //!    for head k and rank r, a(k, r) = how often head k's rank-r token is the token k+2
 //!    ahead.
-//! 3. Tree: Medusa's greedy construction, adding at each size the path with the highest
-//!    expected acceptance Π a(k, r_k); the expected tokens per step of the n-node tree are
-//!    1 + Σ over its nodes. The size chosen maximises expected tokens per *second*:
-//!    E[tokens](n) / (cost(n) + heads), with n = 1 meaning plain decoding (no heads cost).
+//! 3. Static tree: Medusa's greedy construction, adding at each size the path with the
+//!    highest expected acceptance Π a(k, r_k); the expected tokens per step of the n-node
+//!    tree are 1 + Σ over its nodes. The size chosen maximises expected tokens per
+//!    *second*: E[tokens](n) / (cost(n) + heads), with n = 1 meaning plain decoding.
+//! 4. Dynamic tree (`toki_decode::dynamic`, the default way the file is used): the cost
+//!    curve, and each head's accuracy against its own confidence, counted where the heads
+//!    before it were right (the chance a node is accepted given its parent path is), in
+//!    ten bins, smoothed towards the confidence itself and made non-decreasing.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -16,12 +20,19 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::Serialize;
+use toki_decode::dynamic::greedy_tree;
 use toki_decode::proposer::top_k;
-use toki_decode::{Engine, HeadProposer, Prompt, Proposer, Request, Tree, TreePolicy};
+use toki_decode::{DynamicTree, Engine, HeadProposer, Prompt, Proposer, Request, Tree, TreePolicy};
 use toki_model::{AttnMask, RopeTables};
 
 const MAX_NODES: usize = 64;
-const MAX_RANK: usize = 10;
+pub const MAX_RANK: usize = 10;
+/// Tree sizes whose cost is measured (linear in between). Sizes past the first that costs
+/// more than `MAX_COST` one-node passes are not measured: no tree that large can pay.
+const SIZES: [usize; 12] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64];
+const MAX_COST: f64 = 4.0;
+/// Confidence bins of the dynamic tree's calibration.
+const BINS: usize = 10;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -44,14 +55,17 @@ pub struct Args {
 #[derive(Debug, Clone, Serialize)]
 pub struct Calibration {
     pub paths: Vec<Vec<usize>>,
-    /// Seconds of one verification pass of n nodes, n = 1..=64.
+    /// Seconds of one verification pass of n nodes, n = 1..=64 (or fewer: see `MAX_COST`).
     pub cost_s: Vec<f64>,
     pub heads_s: f64,
     /// a(k, r): head k's rank-r token is right.
     pub acceptance: Vec<Vec<f64>>,
-    /// Head 1's confidence (softmax probability of its top token) against how often that
-    /// token is right, in ten bins of confidence: [bin start, positions, right].
-    pub confidence: Vec<(f64, usize, f64)>,
+    /// Per head, its confidence (softmax probability of its top token) against how often
+    /// that token is right where the heads before it were right, in ten bins of
+    /// confidence: [bin start, positions, right].
+    pub confidence: Vec<Vec<(f64, usize, f64)>>,
+    /// What a dynamic tree needs: the cost curve and the smoothed accuracies.
+    pub dynamic: DynamicTree,
     /// Expected tokens per step and per second of the greedy tree of each size.
     pub expected_tokens: Vec<f64>,
     pub expected_speedup: Vec<f64>,
@@ -69,16 +83,30 @@ pub fn run(a: Args) -> Result<()> {
     let c = auto_tree(&engine, &heads, &prompts, a.max_new_tokens)?;
     let text = serde_json::to_string_pretty(&c)?;
     std::fs::write(&a.out, text).with_context(|| format!("writing {}", a.out.display()))?;
-    let best = c.paths.len() + 1;
-    eprintln!(
-        "tree of {best} nodes: expected {:.2} tokens/step, {:.2}x plain (cost ratio {:.2} + heads {:.2}); written to {}",
-        c.expected_tokens[best - 1],
-        c.expected_speedup[best - 1],
-        c.cost_s[best - 1] / c.cost_s[0],
-        c.heads_s / c.cost_s[0],
-        a.out.display()
-    );
+    eprintln!("{}; written to {}", c.summary(), a.out.display());
     Ok(())
+}
+
+impl Calibration {
+    /// One line: the static tree chosen, the cost curve's start, the heads' top-1 accuracy.
+    pub fn summary(&self) -> String {
+        let n = self.paths.len() + 1;
+        let ratio = |i: usize| self.cost_s.get(i).map_or(f64::NAN, |c| c / self.cost_s[0]);
+        format!(
+            "static tree of {n} node(s), expected {:.2} tokens/step, {:.2}x plain; verify cost 2/4/8 nodes {:.2}/{:.2}/{:.2}x one, heads {:.2}x; head top-1 acceptance {}",
+            self.expected_tokens[n - 1],
+            self.expected_speedup[n - 1],
+            ratio(1),
+            ratio(3),
+            ratio(7),
+            self.heads_s / self.cost_s[0],
+            self.acceptance
+                .iter()
+                .map(|r| format!("{:.2}", r.first().copied().unwrap_or(0.0)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )
+    }
 }
 
 /// Measure and choose (see the module docs).
@@ -92,15 +120,31 @@ pub fn auto_tree(
         bail!("calibration needs at least one prompt");
     }
     let (cost_s, heads_s) = costs(engine, heads)?;
-    let (acceptance, confidence) = head_acceptance(engine, heads, prompts, max_new)?;
-    let (order, expected_tokens) = greedy_tree(&acceptance, MAX_NODES);
-    let expected_speedup: Vec<f64> = (0..MAX_NODES)
+    let (acceptance, bins) = head_acceptance(engine, heads, prompts, max_new)?;
+    let max_nodes = cost_s.len();
+    let (order, expected_tokens) = greedy_tree(&acceptance, max_nodes);
+    let expected_speedup: Vec<f64> = (0..max_nodes)
         .map(|i| {
             let step = cost_s[i] + if i == 0 { 0.0 } else { heads_s };
             expected_tokens[i] / step * cost_s[0]
         })
         .collect();
-    let best = (0..MAX_NODES)
+    let dynamic = DynamicTree::new(
+        cost_s.clone(),
+        heads_s,
+        MAX_RANK,
+        bins.iter().map(|b| smoothed_accuracy(b)).collect(),
+    )?;
+    let confidence = bins
+        .iter()
+        .map(|b| {
+            b.iter()
+                .enumerate()
+                .map(|(i, &(n, right))| (i as f64 / BINS as f64, n, right as f64 / n.max(1) as f64))
+                .collect()
+        })
+        .collect();
+    let best = (0..max_nodes)
         .max_by(|&x, &y| expected_speedup[x].total_cmp(&expected_speedup[y]))
         .unwrap_or(0);
     let paths: Vec<Vec<usize>> = order[..best].to_vec();
@@ -115,10 +159,49 @@ pub fn auto_tree(
         heads_s,
         acceptance,
         confidence,
+        dynamic,
         expected_tokens,
         expected_speedup,
         tree,
     })
+}
+
+/// A head's accuracy per confidence bin from (positions, right) counts: each bin pulled
+/// towards its own mid-point confidence by 5 pseudo-positions (sparse bins say little),
+/// then made non-decreasing (pool adjacent violators): surer heads are not less right.
+pub fn smoothed_accuracy(bins: &[(usize, usize)]) -> Vec<f64> {
+    const PRIOR: f64 = 5.0;
+    let raw: Vec<(f64, f64)> = bins
+        .iter()
+        .enumerate()
+        .map(|(i, &(n, right))| {
+            let mid = (i as f64 + 0.5) / bins.len() as f64;
+            (
+                (right as f64 + PRIOR * mid) / (n as f64 + PRIOR),
+                n as f64 + PRIOR,
+            )
+        })
+        .collect();
+    non_decreasing(&raw)
+}
+
+/// The weighted least-squares non-decreasing fit of (value, weight) pairs (pool adjacent
+/// violators).
+pub fn non_decreasing(values: &[(f64, f64)]) -> Vec<f64> {
+    // Blocks of (mean, weight, values pooled).
+    let mut blocks: Vec<(f64, f64, usize)> = vec![];
+    for &(v, w) in values {
+        blocks.push((v, w, 1));
+        while blocks.len() > 1 && blocks[blocks.len() - 2].0 > blocks[blocks.len() - 1].0 {
+            let (v2, w2, c2) = blocks.pop().unwrap_or_default();
+            let (v1, w1, c1) = blocks.pop().unwrap_or_default();
+            blocks.push(((v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, c1 + c2));
+        }
+    }
+    blocks
+        .into_iter()
+        .flat_map(|(v, _, c)| std::iter::repeat_n(v, c))
+        .collect()
 }
 
 /// Median seconds of `f` over a few runs after one warm-up.
@@ -135,7 +218,7 @@ fn time(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
 }
 
 /// Verification cost of 1..=64 nodes over a 128-token cache, and one heads pass.
-fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
+pub fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
     let model = engine.model();
     let device = model.device();
     let prefix = 128;
@@ -153,10 +236,13 @@ fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
     let (t, p) = ids(prefix, 0);
     let hidden = model.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
     let last = hidden.slice([prefix - 1..prefix]);
-    // Measured at these sizes, linear in between.
-    let sizes = [1usize, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64];
-    let mut measured = vec![];
-    for &n in &sizes {
+    // Measured at these sizes, linear in between, until one costs more than MAX_COST.
+    let mut sizes = vec![];
+    let mut measured: Vec<f64> = vec![];
+    for &n in &SIZES {
+        if measured.last().is_some_and(|&s| s > MAX_COST * measured[0]) {
+            break;
+        }
         let s = time(|| {
             cache.truncate(prefix);
             let (t, p) = ids(n, prefix);
@@ -168,9 +254,13 @@ fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             Ok(())
         })?;
+        sizes.push(n);
         measured.push(s);
     }
-    let cost = (1..=MAX_NODES)
+    // Verifying more nodes never costs less: timing noise is smoothed out.
+    let measured = non_decreasing(&measured.iter().map(|&s| (s, 1.0)).collect::<Vec<_>>());
+    let largest = sizes.last().copied().unwrap_or(1);
+    let cost = (1..=largest)
         .map(|n| {
             let i = sizes
                 .iter()
@@ -197,13 +287,17 @@ fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
     Ok((cost, heads_s))
 }
 
-/// a(k, r) over the base's greedy continuations of `prompts`.
+/// Per head and confidence bin: (positions, right).
+type Bins = Vec<Vec<(usize, usize)>>;
+
+/// a(k, r) over the base's greedy continuations of `prompts`, and per head the confidence
+/// bins of its top token, counted at the positions where every head before it was right.
 fn head_acceptance(
     engine: &Engine,
     heads: &HeadProposer,
     prompts: &[Prompt],
     max_new: usize,
-) -> Result<(Vec<Vec<f64>>, Vec<(f64, usize, f64)>)> {
+) -> Result<(Vec<Vec<f64>>, Bins)> {
     let model = engine.model();
     let device = model.device();
     let k = heads.num_heads();
@@ -211,7 +305,7 @@ fn head_acceptance(
     let ranks = MAX_RANK.min(heads.max_rank());
     let mut hits = vec![vec![0f64; ranks]; k];
     let mut total = vec![0f64; k];
-    let mut bins = vec![(0usize, 0usize); 10];
+    let mut bins: Bins = vec![vec![(0, 0); BINS]; k];
     // Logits column of each vocabulary token (None: outside the draft vocabulary).
     let vocab = model.config().vocab_size;
     let mut column: Vec<Option<usize>> = vec![None; vocab];
@@ -243,26 +337,28 @@ fn head_acceptance(
             .map(|i| seq.get(i + 1).copied().unwrap_or(0))
             .collect();
         let (flat, cols) = heads.logits(hidden, &next, model, k)?; // [k, rows, cols]
-        for h in 0..k {
-            for i in 0..rows {
+        for i in 0..rows {
+            // Whether heads 0..h were all right at this row (their top token the target).
+            let mut chain = true;
+            for h in 0..k {
                 let Some(&target) = seq.get(start + i + h + 2) else {
                     break;
                 };
                 total[h] += 1.0;
-                // A token outside the draft vocabulary cannot be proposed: a miss.
-                let Some(col) = column[target as usize] else {
-                    continue;
-                };
                 let row = &flat[(h * rows + i) * cols..(h * rows + i + 1) * cols];
-                let tl = row[col];
-                let rank = row.iter().filter(|&&x| x > tl).count();
-                if h == 0 {
-                    let b = ((confidence(row) * 10.0) as usize).min(9);
-                    bins[b].0 += 1;
-                    bins[b].1 += usize::from(rank == 0);
+                // A token outside the draft vocabulary cannot be proposed: a miss.
+                let rank = column[target as usize].map(|col| {
+                    let tl = row[col];
+                    row.iter().filter(|&&x| x > tl).count()
+                });
+                if chain {
+                    let b = ((confidence(row) * BINS as f64) as usize).min(BINS - 1);
+                    bins[h][b].0 += 1;
+                    bins[h][b].1 += usize::from(rank == Some(0));
                 }
-                if rank < ranks {
-                    hits[h][rank] += 1.0;
+                chain &= rank == Some(0);
+                if let Some(r) = rank.filter(|&r| r < ranks) {
+                    hits[h][r] += 1.0;
                 }
             }
         }
@@ -272,12 +368,7 @@ fn head_acceptance(
         .zip(total)
         .map(|(row, n)| row.into_iter().map(|x| x / n.max(1.0)).collect())
         .collect();
-    let confidence = bins
-        .iter()
-        .enumerate()
-        .map(|(b, &(n, right))| (b as f64 / 10.0, n, right as f64 / n.max(1) as f64))
-        .collect();
-    Ok((acceptance, confidence))
+    Ok((acceptance, bins))
 }
 
 /// Softmax probability of the largest logit.
@@ -287,54 +378,29 @@ fn confidence(logits: &[f32]) -> f64 {
     1.0 / z
 }
 
-/// Medusa's greedy tree: paths in the order they are added, and the expected tokens per
-/// step 1 + Σ P(path) of the first n-1 paths, n = 1..=max_nodes.
-pub fn greedy_tree(acc: &[Vec<f64>], max_nodes: usize) -> (Vec<Vec<usize>>, Vec<f64>) {
-    let mut paths: Vec<(Vec<usize>, f64)> = vec![];
-    let mut expected = vec![1.0];
-    while expected.len() < max_nodes {
-        // Candidates: the next unused rank under the root and under every path.
-        let mut best: Option<(Vec<usize>, f64)> = None;
-        let parents = std::iter::once((vec![], 1.0)).chain(paths.iter().cloned());
-        for (parent, p) in parents {
-            let depth = parent.len();
-            if depth >= acc.len() {
-                continue;
-            }
-            let used = paths
-                .iter()
-                .filter(|(q, _)| q.len() == depth + 1 && q[..depth] == parent[..])
-                .count();
-            if used >= acc[depth].len() {
-                continue;
-            }
-            let mut child = parent.clone();
-            child.push(used);
-            let pc = p * acc[depth][used];
-            if best.as_ref().is_none_or(|b| pc > b.1) {
-                best = Some((child, pc));
-            }
-        }
-        let Some((child, p)) = best else { break };
-        expected.push(expected.last().copied().unwrap_or(1.0) + p);
-        paths.push((child, p));
-    }
-    while expected.len() < max_nodes {
-        expected.push(*expected.last().unwrap_or(&1.0));
-    }
-    (paths.into_iter().map(|(p, _)| p).collect(), expected)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn greedy_tree_adds_the_likeliest_paths_first() {
-        let acc = vec![vec![0.6, 0.2, 0.05], vec![0.5, 0.1, 0.0]];
-        let (paths, e) = greedy_tree(&acc, 5);
-        // [0] .6, [0,0] .3, [1] .2, then [1,0] .1 over [0,1] .06 and [2] .05
-        assert_eq!(paths, vec![vec![0], vec![0, 0], vec![1], vec![1, 0]]);
-        assert!((e[4] - (1.0 + 0.6 + 0.3 + 0.2 + 0.1)).abs() < 1e-12);
+    fn smoothed_accuracy_is_pulled_to_confidence_and_non_decreasing() {
+        // Empty bins take their mid-point; a well-filled bin keeps its count; an inversion
+        // (bin 6 above bin 7) is pooled.
+        let mut bins = vec![(0, 0); 10];
+        bins[5] = (1000, 500);
+        bins[6] = (100, 95);
+        bins[7] = (100, 60);
+        let a = smoothed_accuracy(&bins);
+        assert!((a[0] - 0.05).abs() < 1e-12);
+        assert!((a[5] - (500.0 + 2.75) / 1005.0).abs() < 1e-12);
+        assert!((a[6] - a[7]).abs() < 1e-12, "{a:?}");
+        assert!(a.windows(2).all(|w| w[0] <= w[1] + 1e-12), "{a:?}");
+        assert!((a[9] - 0.95).abs() < 1e-12);
+        let fit = non_decreasing(&[(1.0, 1.0), (1.4, 1.0), (1.2, 1.0), (1.5, 1.0)]);
+        let want = [1.0, 1.3, 1.3, 1.5];
+        assert!(
+            fit.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12),
+            "{fit:?}"
+        );
     }
 }

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
-use toki_decode::{Acceptance, Engine, EngineOptions, Prompt, Proposer, Request, Sampling};
-use toki_decode::{Tree, TreePreset};
+use toki_decode::{Acceptance, Engine, EngineOptions, Prompt, Request, Sampling};
 use toki_model::Precision;
 use toki_model::tokenizer::Message;
 
@@ -123,9 +122,8 @@ pub struct Args {
     heads: Option<PathBuf>,
     #[command(flatten)]
     draft: crate::heads::DraftArg,
-    /// Candidate tree: a JSON file of paths, or a preset (chain-N, small, medium, medusa-63).
-    #[arg(long, default_value = "small")]
-    tree: String,
+    #[command(flatten)]
+    tree: crate::tree::TreeArgs,
     #[command(flatten)]
     acceptance: AcceptanceArgs,
     /// Print one JSON object (prompt_ids, output_ids, text, stats) instead of streaming.
@@ -162,8 +160,9 @@ pub fn run(a: Args) -> Result<()> {
         .with_context(|| format!("loading {}", a.model.display()))?;
     if let Some(dir) = &a.heads {
         let heads = crate::heads::load(dir, &engine, a.draft)?;
-        let tree = load_tree(&a.tree, heads.num_heads())?;
-        engine = engine.with_proposer(Box::new(heads), tree)?;
+        let tree = a.tree.resolve(&engine, &heads, &[], 0)?;
+        tracing::info!("tree: {}", tree.describe());
+        engine = tree.install(engine, heads)?;
     }
     let prompt = if a.chat {
         Prompt::Chat(vec![Message::user(a.prompt.clone())])
@@ -215,27 +214,4 @@ pub fn run(a: Args) -> Result<()> {
         out.finish_reason
     );
     Ok(())
-}
-
-/// `--tree`: a preset name or a JSON file of paths, checked against the heads.
-pub fn load_tree(spec: &str, num_heads: usize) -> Result<Tree> {
-    /// Ranks beyond this are never useful and would make the proposer sort the vocabulary.
-    const MAX_RANK: usize = 64;
-    let tree = match TreePreset::parse(spec) {
-        Some(preset) => {
-            let paths: Vec<Vec<usize>> = preset
-                .paths()
-                .into_iter()
-                .filter(|p| p.len() <= num_heads)
-                .collect();
-            Tree::from_paths(&paths, num_heads, MAX_RANK)?
-        }
-        None if std::path::Path::new(spec).exists() => {
-            Tree::from_file(spec.as_ref(), num_heads, MAX_RANK)?
-        }
-        None => bail!(
-            "--tree {spec:?} is neither a preset (chain-N, small, medium, medusa-63) nor a file"
-        ),
-    };
-    Ok(tree)
 }

@@ -1,0 +1,126 @@
+//! `--tree` and `--tree-mode`: which tree speculative steps verify (generate and bench).
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use toki_decode::{DynamicTree, Engine, HeadProposer, Prompt, Proposer, Tree, TreePreset};
+
+use crate::cmd::calibrate;
+
+/// How `auto` and calibration files are used.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeMode {
+    /// Size the tree each step from the heads' confidence and the measured cost curve.
+    Dynamic,
+    /// Verify the calibrated tree every step.
+    Static,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct TreeArgs {
+    /// Candidate tree: a preset (chain-N, small, medium, medusa-63), a JSON file (a list of
+    /// paths, or what `toki calibrate` writes), or `auto` (measure this backend now).
+    #[arg(long, default_value = "small")]
+    pub tree: String,
+    /// For `auto` and `toki calibrate` files: a tree sized each step from the heads'
+    /// confidence (dynamic) or the calibrated tree every step (static). Presets and
+    /// path lists are static.
+    #[arg(long, value_enum, default_value_t = TreeMode::Dynamic)]
+    pub tree_mode: TreeMode,
+}
+
+/// The tree a request's speculative steps verify.
+#[derive(Debug, Clone)]
+pub enum Chosen {
+    Static(Tree),
+    Dynamic(DynamicTree),
+}
+
+impl Chosen {
+    /// For logs and reports: "dynamic (up to N nodes)" or "N nodes".
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Static(t) => format!("static, {} nodes, depth {}", t.len(), t.depth()),
+            Self::Dynamic(d) => format!("dynamic, up to {} nodes", d.max_nodes()),
+        }
+    }
+
+    /// Decode with `heads` on this tree.
+    pub fn install(self, engine: Engine, heads: HeadProposer) -> Result<Engine> {
+        Ok(match self {
+            Self::Static(tree) => engine.with_proposer(Box::new(heads), tree)?,
+            Self::Dynamic(d) => engine.with_dynamic_tree(Box::new(heads), d)?,
+        })
+    }
+}
+
+impl TreeArgs {
+    /// Resolve `--tree`. `auto` measures this backend now: on `calib` prompts (cost curve
+    /// and head accuracy), or with none the cost curve alone (a dynamic tree then trusts the
+    /// heads' probabilities as they are; a static one needs prompts).
+    pub fn resolve(
+        &self,
+        engine: &Engine,
+        heads: &HeadProposer,
+        calib: &[Prompt],
+        max_new: usize,
+    ) -> Result<Chosen> {
+        if self.tree == "auto" {
+            if calib.is_empty() {
+                if self.tree_mode == TreeMode::Static {
+                    bail!("--tree auto --tree-mode static needs calibration prompts");
+                }
+                let (cost, heads_s) = calibrate::costs(engine, heads)?;
+                return Ok(Chosen::Dynamic(DynamicTree::new(
+                    cost,
+                    heads_s,
+                    calibrate::MAX_RANK,
+                    vec![],
+                )?));
+            }
+            let c = calibrate::auto_tree(engine, heads, calib, max_new)?;
+            eprintln!("--tree auto: {}", c.summary());
+            return Ok(match self.tree_mode {
+                TreeMode::Dynamic => Chosen::Dynamic(c.dynamic),
+                TreeMode::Static => Chosen::Static(c.tree),
+            });
+        }
+        load(&self.tree, self.tree_mode, heads.num_heads())
+    }
+}
+
+/// A preset, a path-list file, or a calibration file (its dynamic or static tree).
+pub fn load(spec: &str, mode: TreeMode, num_heads: usize) -> Result<Chosen> {
+    /// Ranks beyond this are never useful and would make the proposer sort the vocabulary.
+    const MAX_RANK: usize = 64;
+    if let Some(preset) = TreePreset::parse(spec) {
+        let paths: Vec<Vec<usize>> = preset
+            .paths()
+            .into_iter()
+            .filter(|p| p.len() <= num_heads)
+            .collect();
+        return Ok(Chosen::Static(Tree::from_paths(
+            &paths, num_heads, MAX_RANK,
+        )?));
+    }
+    let path = Path::new(spec);
+    if !path.exists() {
+        bail!(
+            "--tree {spec:?} is neither a preset (chain-N, small, medium, medusa-63), `auto`, nor a file"
+        );
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {spec}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{spec}: not JSON"))?;
+    match v.get("dynamic") {
+        Some(d) if mode == TreeMode::Dynamic => {
+            let d: DynamicTree = serde_json::from_value(d.clone())
+                .with_context(|| format!("{spec}: `dynamic` is not a dynamic tree"))?;
+            // Re-checked: the file may have been edited.
+            let d = DynamicTree::new(d.cost, d.heads_cost, d.max_rank, d.accuracy)
+                .with_context(|| spec.to_string())?;
+            Ok(Chosen::Dynamic(d))
+        }
+        _ => Ok(Chosen::Static(Tree::from_file(path, num_heads, MAX_RANK)?)),
+    }
+}

@@ -1,0 +1,251 @@
+//! Dynamic trees: each step sizes its tree from the heads' own confidence and the measured
+//! cost of verifying it (EAGLE-2's dynamic tree, with a cost model of this hardware).
+//!
+//! A static tree verifies the same nodes every step, whether the heads are sure or
+//! guessing. Here each step:
+//!
+//! 1. the heads rank their `max_rank` best tokens, with probabilities p_k(r);
+//! 2. node (r_1, .., r_k) is accepted with an estimated chance Π_j a_j(p_j(r_j)), where a_j
+//!    is head j's calibration: how often a proposal it gives probability p is right when
+//!    the path before it is (measured by `toki calibrate`; p itself without one);
+//! 3. nodes are added best first (Medusa's greedy construction on this step's estimates):
+//!    E(n), 1 + the n − 1 best estimates, is the expected tokens of an n-node tree;
+//! 4. with c(n) the measured cost of verifying n nodes relative to one, the step verifies
+//!    the n that maximises E(n) − λ·c(n), λ being the tokens per unit of cost the request
+//!    has been getting (the rule for maximising a ratio: a node is worth verifying when it
+//!    brings at least λ tokens per unit of the cost it adds). n = 1 is a plain step.
+//!
+//! ```text
+//!   heads say      head 1: "(" .92, "[" .03    head 2: "x" .82    head 3: ")" .12
+//!   estimates      [0] .92   [0,0] .75   [0,0,0] .09   [1] .03
+//!   E(n)           1.00  1.92  2.67  2.77  2.80
+//!   c(n)           1.00  1.04  1.09  1.20  1.30      (measured on this CPU)
+//!   E(n) − 1.3 c   -0.30 0.57  1.26  1.21  1.11      -> 3 nodes: root, [0], [0,0]
+//! ```
+//!
+//! The output is unchanged: the tree only decides what is verified, and greedy and lossless
+//! verification emit the base's own tokens (or its exact distribution) whatever the tree.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{DecodeError, Result};
+use crate::proposer::Ranked;
+
+/// How a dynamic tree is sized (see the module docs). Built by `toki calibrate` from
+/// measurements on the backend it will run on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DynamicTree {
+    /// c(n), n = 1..=len: verification cost of n nodes relative to one node (c(1) = 1).
+    pub cost: Vec<f64>,
+    /// One pass of the heads, relative to one node's verification.
+    pub heads_cost: f64,
+    /// Proposals per head considered.
+    pub max_rank: usize,
+    /// Per head, per probability bin (equal bins over [0, 1]): how often a proposal of that
+    /// probability was right when its parent path was. Empty: probabilities as they are.
+    #[serde(default)]
+    pub accuracy: Vec<Vec<f64>>,
+}
+
+impl DynamicTree {
+    /// Checked: costs finite and positive (rescaled so that c(1) = 1), a rank, accuracies
+    /// in [0, 1].
+    pub fn new(
+        cost: Vec<f64>,
+        heads_cost: f64,
+        max_rank: usize,
+        accuracy: Vec<Vec<f64>>,
+    ) -> Result<Self> {
+        let bad = |what: String| Err(DecodeError::Tree(format!("dynamic tree: {what}")));
+        if cost.is_empty() || cost.iter().any(|c| !c.is_finite() || *c <= 0.0) {
+            return bad(format!("costs must be positive numbers, got {cost:?}"));
+        }
+        if !heads_cost.is_finite() || heads_cost < 0.0 {
+            return bad(format!("heads cost {heads_cost} is not a cost"));
+        }
+        if max_rank == 0 {
+            return bad("max_rank must be at least 1".into());
+        }
+        if accuracy.iter().flatten().any(|a| !(0.0..=1.0).contains(a))
+            || accuracy.iter().any(|bins| bins.is_empty())
+        {
+            return bad("accuracies must be non-empty lists of numbers in [0, 1]".into());
+        }
+        let c1 = cost[0];
+        Ok(Self {
+            cost: cost.iter().map(|c| c / c1).collect(),
+            heads_cost: heads_cost / c1,
+            max_rank,
+            accuracy,
+        })
+    }
+
+    /// The largest tree it may choose, root included.
+    pub fn max_nodes(&self) -> usize {
+        self.cost.len()
+    }
+
+    /// Estimated chance that head `head`'s proposal of probability `p` is right, given that
+    /// its parent path is.
+    pub fn estimate(&self, head: usize, p: f32) -> f64 {
+        let p = f64::from(p).clamp(0.0, 1.0);
+        match self.accuracy.get(head) {
+            Some(bins) => bins[((p * bins.len() as f64) as usize).min(bins.len() - 1)],
+            None => p,
+        }
+    }
+
+    /// This step's tree as Medusa paths (empty: verify the root alone, a plain step), from
+    /// the heads' ranked proposals and λ.
+    pub fn choose(&self, ranked: &[Ranked], lambda: f64) -> Vec<Vec<usize>> {
+        let acc: Vec<Vec<f64>> = ranked
+            .iter()
+            .enumerate()
+            .map(|(h, r)| r.iter().map(|&(_, p)| self.estimate(h, p)).collect())
+            .collect();
+        let (paths, expected) = greedy_tree(&acc, self.max_nodes());
+        let best = (0..self.max_nodes())
+            .max_by(|&a, &b| {
+                let gain = |n: usize| expected[n] - lambda * self.cost[n];
+                // Ties go to the smaller tree.
+                gain(a).total_cmp(&gain(b)).then(b.cmp(&a))
+            })
+            .unwrap_or(0);
+        paths[..best.min(paths.len())].to_vec()
+    }
+
+    /// λ after a step that verified `nodes` nodes (after running the heads) and emitted
+    /// `tokens`: a moving average of tokens per unit of cost, at least 1 (plain decoding).
+    pub fn next_lambda(&self, lambda: f64, nodes: usize, tokens: usize) -> f64 {
+        const ALPHA: f64 = 0.25;
+        let c = self.cost[nodes.clamp(1, self.max_nodes()) - 1] + self.heads_cost;
+        ((1.0 - ALPHA) * lambda + ALPHA * tokens as f64 / c).max(1.0)
+    }
+}
+
+/// Medusa's greedy tree: paths in the order they are added, best expected acceptance first
+/// (a path's is the product of `acc[k][r_k]` along it), and the expected tokens per step
+/// 1 + Σ P(path) of the trees of the first n − 1 paths, n = 1..=max_nodes.
+pub fn greedy_tree(acc: &[Vec<f64>], max_nodes: usize) -> (Vec<Vec<usize>>, Vec<f64>) {
+    let mut paths: Vec<(Vec<usize>, f64)> = vec![];
+    let mut expected = vec![1.0];
+    while expected.len() < max_nodes {
+        // Candidates: the next unused rank under the root and under every path.
+        let mut best: Option<(Vec<usize>, f64)> = None;
+        let parents = std::iter::once((vec![], 1.0)).chain(paths.iter().cloned());
+        for (parent, p) in parents {
+            let depth = parent.len();
+            if depth >= acc.len() {
+                continue;
+            }
+            let used = paths
+                .iter()
+                .filter(|(q, _)| q.len() == depth + 1 && q[..depth] == parent[..])
+                .count();
+            if used >= acc[depth].len() {
+                continue;
+            }
+            let mut child = parent.clone();
+            child.push(used);
+            let pc = p * acc[depth][used];
+            if best.as_ref().is_none_or(|b| pc > b.1) {
+                best = Some((child, pc));
+            }
+        }
+        let Some((child, p)) = best else { break };
+        expected.push(expected.last().copied().unwrap_or(1.0) + p);
+        paths.push((child, p));
+    }
+    while expected.len() < max_nodes {
+        expected.push(*expected.last().unwrap_or(&1.0));
+    }
+    (paths.into_iter().map(|(p, _)| p).collect(), expected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranked(probs: &[&[f32]]) -> Vec<Ranked> {
+        probs
+            .iter()
+            .map(|p| p.iter().enumerate().map(|(i, &x)| (i as u32, x)).collect())
+            .collect()
+    }
+
+    fn tree(cost: &[f64]) -> DynamicTree {
+        DynamicTree::new(cost.to_vec(), 0.0, 4, vec![]).unwrap()
+    }
+
+    #[test]
+    fn greedy_tree_adds_the_likeliest_paths_first() {
+        let acc = vec![vec![0.6, 0.2, 0.05], vec![0.5, 0.1, 0.0]];
+        let (paths, e) = greedy_tree(&acc, 5);
+        // [0] .6, [0,0] .3, [1] .2, then [1,0] .1 over [0,1] .06 and [2] .05
+        assert_eq!(paths, vec![vec![0], vec![0, 0], vec![1], vec![1, 0]]);
+        assert!((e[4] - (1.0 + 0.6 + 0.3 + 0.2 + 0.1)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn worked_example_of_the_module_docs() {
+        let t = tree(&[1.0, 1.04, 1.09, 1.2, 1.3]);
+        let r = ranked(&[&[0.92, 0.03], &[0.82], &[0.12]]);
+        assert_eq!(t.choose(&r, 1.3), vec![vec![0], vec![0, 0]]);
+    }
+
+    #[test]
+    fn sure_heads_go_deep_and_guessing_heads_verify_the_root_alone() {
+        let t = tree(&[1.0, 1.04, 1.09, 1.13, 1.3, 1.5]);
+        let sure = ranked(&[&[0.97, 0.01], &[0.95, 0.01], &[0.9, 0.01]]);
+        assert_eq!(
+            t.choose(&sure, 1.5),
+            vec![vec![0], vec![0, 0], vec![0, 0, 0]]
+        );
+        let guessing = ranked(&[&[0.04, 0.03], &[0.05], &[0.02]]);
+        assert!(t.choose(&guessing, 1.0).is_empty());
+    }
+
+    #[test]
+    fn cheaper_verification_buys_a_wider_tree() {
+        let r = ranked(&[&[0.5, 0.3, 0.1], &[0.5, 0.2], &[0.4]]);
+        let steep = tree(&[1.0, 1.2, 1.5, 1.9, 2.4, 3.0]).choose(&r, 1.2);
+        let flat = tree(&[1.0, 1.01, 1.02, 1.03, 1.04, 1.05]).choose(&r, 1.2);
+        assert!(steep.len() < flat.len(), "{steep:?} vs {flat:?}");
+        assert_eq!(flat.len(), 5);
+    }
+
+    #[test]
+    fn calibration_replaces_the_heads_probabilities() {
+        // Head 2 says .3 but is right 90% of the time after a right head 1.
+        let acc = vec![
+            vec![0.5; 10],
+            vec![0.1, 0.1, 0.1, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9],
+        ];
+        let t = DynamicTree::new(vec![1.0, 1.05, 1.1], 0.0, 4, acc).unwrap();
+        assert_eq!(t.estimate(1, 0.35), 0.9);
+        assert_eq!(t.estimate(1, 1.0), 0.9);
+        assert_eq!(t.estimate(0, 0.99), 0.5);
+        let r = ranked(&[&[0.95], &[0.35]]);
+        assert_eq!(t.choose(&r, 1.0), vec![vec![0], vec![0, 0]]);
+    }
+
+    #[test]
+    fn lambda_follows_what_steps_yield_and_never_drops_below_one() {
+        let t = DynamicTree::new(vec![2.0, 2.0, 2.2], 0.2, 4, vec![]).unwrap();
+        assert_eq!(t.cost, vec![1.0, 1.0, 1.1]);
+        // 3 tokens for 1.1 + 0.1 units
+        let l = t.next_lambda(1.0, 3, 3);
+        assert!((l - (0.75 + 0.25 * 3.0 / 1.2)).abs() < 1e-12);
+        assert_eq!(t.next_lambda(1.0, 1, 1), 1.0);
+    }
+
+    #[test]
+    fn bad_measurements_are_errors() {
+        assert!(DynamicTree::new(vec![], 0.0, 4, vec![]).is_err());
+        assert!(DynamicTree::new(vec![1.0, f64::NAN], 0.0, 4, vec![]).is_err());
+        assert!(DynamicTree::new(vec![1.0], -1.0, 4, vec![]).is_err());
+        assert!(DynamicTree::new(vec![1.0], 0.0, 0, vec![]).is_err());
+        assert!(DynamicTree::new(vec![1.0], 0.0, 4, vec![vec![1.5]]).is_err());
+        assert!(DynamicTree::new(vec![1.0], 0.0, 4, vec![vec![]]).is_err());
+    }
+}
