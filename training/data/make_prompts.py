@@ -161,3 +161,128 @@ with path.open("w") as f:
     for cat, p in uniq:
         f.write(json.dumps({"category": cat, "prompt": p}) + "\n")
 print(f"{len(uniq)} prompts -> {path}")
+
+# Round 2 (2026-12-03): new hand-written lists with the same forms, for more distillation
+# data. Its own seeded generator, so round 1 above stays byte-identical. Written to
+# prompts-2.jsonl; anything already in round 1, in the bench prompts or in Spec-Bench (when
+# ../shared/specbench is beside the checkout) is left out.
+rng2 = random.Random(20261203)
+code_tasks2 = [
+    "counts how many times a character appears in a string", "checks whether a list is sorted",
+    "returns the longest word in a sentence", "computes the median of a list of numbers",
+    "removes all whitespace from a string", "converts a string to title case",
+    "finds the index of the smallest element in an array", "computes the sum of a list recursively",
+    "checks whether a number is a perfect square", "returns the first n prime numbers",
+    "splits a list into chunks of size k", "computes the dot product of two vectors",
+    "checks whether a string has balanced parentheses", "returns the intersection of two lists",
+    "converts a binary string to a decimal number", "counts the lines in a text that contain a word",
+    "computes the factorial of n iteratively", "finds all pairs in a list that add up to a target",
+    "returns the most common element of a list", "converts minutes into hours and minutes",
+    "generates a random password of a given length", "computes compound interest",
+    "checks whether a number is an Armstrong number", "reverses the order of words in a sentence",
+    "computes the area of a circle from its radius", "returns the union of two sets",
+    "implements insertion sort", "implements a simple linked list with append and print",
+    "computes the running total of a list", "checks whether a triangle with three sides is valid",
+]
+sentences2 = [
+    "The bakery on our street opens very early.", "I forgot my umbrella at the office.",
+    "Can you recommend a good restaurant nearby?", "My grandmother grows tomatoes in her garden.",
+    "The bus was late again this morning.", "We watched a film about the ocean last night.",
+    "He is learning to speak three languages.", "The hotel room has a view of the mountains.",
+    "I need to charge my phone before we leave.", "The festival takes place every summer.",
+    "Our teacher gave us a lot of homework.", "The market is busy on Saturday mornings.",
+    "She painted the kitchen bright yellow.", "Let's meet in front of the cinema at seven.",
+    "The doctor told me to drink more water.", "This road leads to the old castle.",
+    "They have two dogs and a small rabbit.", "The soup is too hot to eat right now.",
+    "I usually walk to work when the weather is nice.", "The price of fruit has gone up this year.",
+    "Do you know where I can buy a ticket?", "The baby is sleeping, so please be quiet.",
+    "We planted an apple tree in the garden.", "My flight was cancelled because of the fog.",
+]
+topics2 = [
+    "the Pyramids of Giza", "lightning", "the human skeleton", "the Great Barrier Reef",
+    "the printing of money", "hurricanes", "bees and pollination", "the Internet of Things",
+    "the Cold War", "the speed of light", "the Mediterranean diet", "rivers", "the telescope",
+    "the Arctic", "elephants", "the metric system", "the Wright brothers", "batteries",
+    "the human eye", "deserts", "blockchain", "the Nile river", "octopuses", "the Aztecs",
+    "wind", "the history of writing", "cheese making", "sharks", "the light bulb",
+    "mushrooms", "the Amazon rainforest", "the immune response to a cold", "comets",
+    "the Greek gods", "trains", "the invention of the telephone", "bridges", "rainbows",
+    "the human skin", "frogs", "space stations", "the Inca Empire", "cloud computing",
+    "yoga", "the violin", "wolves", "tsunamis", "the Statue of Liberty", "recycling plastic",
+    "the honeycomb", "meteorites", "the French language", "board games", "skyscrapers",
+    "sea turtles", "the calendar", "chocolate", "the Milky Way", "newspapers", "kites",
+]
+paragraphs2 = [
+    "The village held its first food market on Sunday. Farmers sold cheese, bread and fresh "
+    "fruit, and a local band played music all afternoon. The organisers hope to repeat it monthly.",
+    "A new train line now connects the two largest cities in the region. The journey takes "
+    "ninety minutes instead of three hours, and tickets are cheaper for students.",
+    "The zoo welcomed a baby giraffe last week. The calf is healthy and already walking, and "
+    "visitors can see it from a special viewing area near the entrance.",
+    "Researchers tested a robot that helps farmers pick strawberries. It works at night and can "
+    "tell ripe fruit from unripe fruit, but it is still slower than an experienced worker.",
+    "The town's swimming pool will close for repairs this winter. The roof needs to be replaced, "
+    "and the council says the work will take about four months.",
+    "A local author published her first novel about growing up near the sea. The book sold out "
+    "in the town's only bookshop within a week, and a second printing is planned.",
+    "More people are working from home than five years ago. Many say they save time and money, "
+    "but some miss talking to colleagues and find it hard to stop working in the evening.",
+    "Students at the high school built a small weather station on the roof. They share the "
+    "temperature and rainfall online every day, and the data is used in science lessons.",
+]
+characters2 = ["a forgetful wizard", "a little cloud", "a grumpy old bear", "a girl who collects stones",
+               "a train that wants to fly", "a penguin chef", "a boy and his grandfather",
+               "a lonely snowman", "a detective cat", "a tiny robot vacuum"]
+settings2 = ["in a desert town", "inside a giant library", "on a farm", "in the mountains",
+             "at a busy train station", "in a castle", "under a full moon", "at the seaside"]
+misc2 = ["Write a short message inviting friends to a picnic.", "Give me five ideas for a rainy weekend.",
+         "How do I write a good cover letter?", "Suggest a weekly workout plan for a beginner.",
+         "Write a polite complaint about a late delivery.", "What should I pack for a camping trip?",
+         "Give me tips for saving money on groceries.", "Write a short toast for a wedding.",
+         "How can I learn a new language faster?", "Plan a birthday party for a seven year old.",
+         "Write a product description for a reusable water bottle.", "How do I make a good cup of tea?",
+         "Give advice for a first job interview.", "Write a short welcome message for new club members.",
+         "What are some easy houseplants to care for?"]
+
+def excluded():
+    """Prompt texts round 2 must not repeat: round 1, the bench set, Spec-Bench."""
+    here = pathlib.Path(__file__).resolve()
+    seen = {p for _, p in uniq}
+    for f in [here.parents[2] / "benches" / "prompts.jsonl",
+              here.parents[3] / "shared" / "specbench" / "prompts.jsonl"]:
+        if f.exists():
+            seen |= {json.loads(l)["prompt"] for l in f.read_text().splitlines() if l.strip()}
+    return seen
+
+out2 = []
+for lang, task in itertools.product(langs, code_tasks2):
+    for f in rng2.sample(code_forms, 2):
+        out2.append(("code", f.format(lang=lang, task=task)))
+for s, lang in itertools.product(sentences2, targets):
+    for f in rng2.sample(trans_forms, 2):
+        out2.append(("translate", f.format(lang=lang, s=s)))
+for t in topics2:
+    for f in rng2.sample(qa_forms, 4):
+        out2.append(("qa", f.format(t=t)))
+    for f in rng2.sample(summ_forms, 2):
+        out2.append(("summarize", f.format(t=t)))
+for p in paragraphs2:
+    for f in para_forms:
+        out2.append(("summarize", f.format(p=p)))
+for c, s in itertools.product(characters2, settings2):
+    for f in rng2.sample(story_forms, 2):
+        out2.append(("creative", f.format(c=c, s=s)))
+for m in misc2:
+    out2.append(("qa", m))
+
+skip, uniq2 = excluded(), []
+for cat, p in out2:
+    if p not in skip:
+        skip.add(p)
+        uniq2.append((cat, p))
+rng2.shuffle(uniq2)
+path2 = pathlib.Path(__file__).with_name("prompts-2.jsonl")
+with path2.open("w") as f:
+    for cat, p in uniq2:
+        f.write(json.dumps({"category": cat, "prompt": p}) + "\n")
+print(f"{len(uniq2)} prompts -> {path2}")
