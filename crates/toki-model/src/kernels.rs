@@ -5,7 +5,7 @@
 //! The flex backend's matrix-matrix path does not do that at these shapes: verifying 2-8
 //! tree nodes cost 1.5-1.7x one token (README, verification cost curve). [`HostWeight`]
 //! keeps a host copy of a projection's `[out, in]` weight and computes `x Wᵀ` reading each
-//! weight row once for up to four activation rows at a time (AVX2+FMA where the CPU has it,
+//! weight row once for up to eight activation rows at a time (AVX2+FMA where the CPU has it,
 //! portable code otherwise), split over rayon's threads by blocks of output rows.
 //!
 //! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul.
@@ -43,6 +43,10 @@ impl HostWeight {
 
     pub fn out_features(&self) -> usize {
         self.out
+    }
+
+    pub fn in_features(&self) -> usize {
+        self.inn
     }
 
     /// `x` [m, in] row-major -> `x Wᵀ` [m, out] row-major.
@@ -127,8 +131,15 @@ fn portable_rows_times_x(
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// Two weight rows times up to four activation rows per pass: 6 loads feed 8 FMAs,
-    /// and the two weight rows stay in L1 while every group of activation rows passes.
+    /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`, by two micro-kernels:
+    /// - 1 row: four weight rows at a time, two accumulators each (memory-bound: the
+    ///   weights stream once and nothing is computed twice);
+    /// - 2 or more: one weight row (in L1) times eight activation rows per pass (9 loads
+    ///   feed 8 FMAs), so up to 8 rows read each weight from memory once. Measured here
+    ///   (`examples/kern.rs`) it beat two weight rows times four activation rows even at
+    ///   2-4 rows, where half its arithmetic is padding.
+    ///
+    /// Missing rows of a short group repeat the group's last row (results discarded).
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_times_x(
         w: &[f32],
@@ -138,55 +149,86 @@ mod avx2 {
         m: usize,
         yt: &mut [f32],
     ) {
-        let n8 = inn / 8 * 8;
+        let start = rows.start;
+        let row = |r: usize| &w[r * inn..(r + 1) * inn];
+        let xrow = |i: usize| &x[i * inn..(i + 1) * inn];
         let mut o = rows.start;
-        while o < rows.end {
-            let pair = usize::from(o + 1 < rows.end) + 1; // 2, or 1 for an odd last row
-            let w0 = &w[o * inn..(o + 1) * inn];
-            let w1 = &w[(o + pair - 1) * inn..(o + pair) * inn];
-            let mut i = 0;
-            while i < m {
-                let g = (m - i).min(4);
-                // Missing rows of a short group repeat the last one (results discarded).
-                let xr: [&[f32]; 4] = std::array::from_fn(|r| {
-                    let row = i + r.min(g - 1);
-                    &x[row * inn..(row + 1) * inn]
-                });
-                let mut a0 = [_mm256_setzero_ps(); 4];
-                let mut a1 = [_mm256_setzero_ps(); 4];
-                let mut k = 0;
-                while k < n8 {
-                    // SAFETY: k + 8 <= n8 <= inn = each row slice's length.
-                    let (v0, v1) = unsafe {
-                        (
-                            _mm256_loadu_ps(w0.as_ptr().add(k)),
-                            _mm256_loadu_ps(w1.as_ptr().add(k)),
-                        )
-                    };
-                    for r in 0..4 {
-                        // SAFETY: as above.
-                        let vx = unsafe { _mm256_loadu_ps(xr[r].as_ptr().add(k)) };
-                        a0[r] = _mm256_fmadd_ps(v0, vx, a0[r]);
-                        a1[r] = _mm256_fmadd_ps(v1, vx, a1[r]);
-                    }
-                    k += 8;
+        match m {
+            1 => {
+                let x0 = xrow(0);
+                while o < rows.end {
+                    let n = (rows.end - o).min(4);
+                    let wr: [&[f32]; 4] = std::array::from_fn(|j| row(o + j.min(n - 1)));
+                    let s = dot4x1(wr, x0, inn);
+                    yt[o - start..o - start + n].copy_from_slice(&s[..n]);
+                    o += n;
                 }
-                for r in 0..g {
-                    let (mut s0, mut s1) = (hsum(a0[r]), hsum(a1[r]));
-                    for kk in n8..inn {
-                        s0 += w0[kk] * xr[r][kk];
-                        s1 += w1[kk] * xr[r][kk];
-                    }
-                    let base = o - rows.start;
-                    yt[base * m + i + r] = s0;
-                    if pair == 2 {
-                        yt[(base + 1) * m + i + r] = s1;
-                    }
-                }
-                i += 4;
             }
-            o += pair;
+            _ => {
+                while o < rows.end {
+                    let base = (o - start) * m;
+                    let mut i = 0;
+                    while i < m {
+                        let g = (m - i).min(8);
+                        let xr: [&[f32]; 8] = std::array::from_fn(|r| xrow(i + r.min(g - 1)));
+                        let s = dot1x8(row(o), xr, inn);
+                        yt[base + i..base + i + g].copy_from_slice(&s[..g]);
+                        i += g;
+                    }
+                    o += 1;
+                }
+            }
         }
+    }
+
+    /// Four weight rows times one activation row.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot4x1(w: [&[f32]; 4], x: &[f32], inn: usize) -> [f32; 4] {
+        let n16 = inn / 16 * 16;
+        let mut a = [_mm256_setzero_ps(); 8];
+        let mut k = 0;
+        while k < n16 {
+            // SAFETY: k + 16 <= n16 <= inn = every row's length.
+            unsafe {
+                let x0 = _mm256_loadu_ps(x.as_ptr().add(k));
+                let x1 = _mm256_loadu_ps(x.as_ptr().add(k + 8));
+                for j in 0..4 {
+                    let p = w[j].as_ptr().add(k);
+                    a[2 * j] = _mm256_fmadd_ps(_mm256_loadu_ps(p), x0, a[2 * j]);
+                    a[2 * j + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(8)), x1, a[2 * j + 1]);
+                }
+            }
+            k += 16;
+        }
+        let mut out = [0.0; 4];
+        for j in 0..4 {
+            let tail: f32 = (n16..inn).map(|kk| w[j][kk] * x[kk]).sum();
+            out[j] = hsum(_mm256_add_ps(a[2 * j], a[2 * j + 1])) + tail;
+        }
+        out
+    }
+
+    /// One weight row times eight activation rows.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot1x8(w: &[f32], x: [&[f32]; 8], inn: usize) -> [f32; 8] {
+        let n8 = inn / 8 * 8;
+        let mut a = [_mm256_setzero_ps(); 8];
+        let mut k = 0;
+        while k < n8 {
+            // SAFETY: k + 8 <= n8 <= inn = every row's length.
+            unsafe {
+                let v = _mm256_loadu_ps(w.as_ptr().add(k));
+                for r in 0..8 {
+                    a[r] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x[r].as_ptr().add(k)), a[r]);
+                }
+            }
+            k += 8;
+        }
+        let mut out = [0.0; 8];
+        for r in 0..8 {
+            out[r] = hsum(a[r]) + (n8..inn).map(|kk| w[kk] * x[r][kk]).sum::<f32>();
+        }
+        out
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -230,7 +272,7 @@ mod tests {
         for &(out, inn) in &[(1, 3), (7, 13), (33, 64), (257, 70), (1000, 576)] {
             let w = lcg(out * inn, out as u64);
             let hw = HostWeight::new(w.clone(), out, inn);
-            for m in [1, 2, 3, 4, 5, 8, 9, 16] {
+            for m in [1, 2, 3, 4, 5, 6, 8, 9, 12, 16] {
                 let x = lcg(m * inn, (m * 31 + inn) as u64);
                 let got = hw.matmul(&x, m);
                 let want = reference(&w, out, inn, &x, m);
