@@ -9,6 +9,7 @@ use toki_model::AttnMask;
 
 use crate::acceptance::AcceptRule;
 use crate::adapt::{Policy, StepKind, TreePolicy};
+use crate::dynamic::{Choice, Feedback};
 use crate::engine::{Emitted, Engine, Speculation, TreeShape};
 use crate::error::{DecodeError, Result};
 use crate::proposer::{StepInput, node_tokens, propose};
@@ -165,28 +166,34 @@ fn verify(
 }
 
 /// A speculative step's node tokens and tree: the static tree filled by the heads, or a
-/// tree sized from their confidence (the root alone when nothing is worth verifying).
+/// tree sized from their confidence (the root alone when nothing is worth verifying),
+/// with what a dynamic tree chose.
 fn draft<'e>(
     engine: &'e Engine,
     s: &'e Speculation,
     input: StepInput<'_>,
     root: u32,
-    lambda: f64,
-) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>)> {
+    feedback: &Feedback,
+) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>, Option<Choice>)> {
     let heads = s.heads.as_ref();
     match &s.shape {
         TreeShape::Static { tree, buffers } => {
-            Ok((propose(heads, input, tree)?, Cow::Borrowed(buffers)))
+            Ok((propose(heads, input, tree)?, Cow::Borrowed(buffers), None))
         }
         TreeShape::Dynamic(d) => {
             let ranked = heads.rank(input, &vec![d.max_rank; heads.num_heads()])?;
-            let paths = d.choose(&ranked, lambda);
-            if paths.is_empty() {
-                return Ok((vec![root], Cow::Borrowed(&engine.root_buffers)));
+            let choice = d.choose(&ranked, feedback);
+            if choice.paths.is_empty() {
+                return Ok((
+                    vec![root],
+                    Cow::Borrowed(&engine.root_buffers),
+                    Some(choice),
+                ));
             }
-            let tree = Tree::from_paths(&paths, heads.num_heads(), d.max_rank)?;
+            let tree = Tree::from_paths(&choice.paths, heads.num_heads(), d.max_rank)?;
             let tokens = node_tokens(root, &ranked, &tree)?;
-            Ok((tokens, Cow::Owned(tree.buffers(&engine.device()))))
+            let buffers = Cow::Owned(tree.buffers(&engine.device()));
+            Ok((tokens, buffers, Some(choice)))
         }
     }
 }
@@ -241,8 +248,8 @@ pub(crate) fn run(
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
     let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
     let mut policy = Policy::with_prior(request.tree_policy, prior);
-    // Dynamic trees: tokens per unit of cost so far (see `dynamic`); plain decoding's 1.
-    let mut lambda = 1.0;
+    // Dynamic trees: what this request's steps have yielded so far (see `dynamic`).
+    let mut feedback = Feedback::default();
     while reason.is_none() {
         let prefix = cache.len();
         if prefix + 1 > capacity {
@@ -255,7 +262,7 @@ pub(crate) fn run(
         let step_spec = spec.filter(|s| {
             policy.next() == StepKind::Speculative && prefix + s.shape.max_nodes() <= capacity
         });
-        let (tokens, buffers) = match step_spec {
+        let (tokens, buffers, choice) = match step_spec {
             Some(s) => {
                 // Append only what the last steps added (prompt + generated so far).
                 history.extend_from_slice(&progress.tokens[history.len() - n..]);
@@ -264,9 +271,9 @@ pub(crate) fn run(
                     hidden: last_hidden,
                     history: &history,
                 };
-                draft(engine, s, input, root, lambda)?
+                draft(engine, s, input, root, &feedback)?
             }
-            None => (vec![root], Cow::Borrowed(&engine.root_buffers)),
+            None => (vec![root], Cow::Borrowed(&engine.root_buffers), None),
         };
         let mask = match tokens.len() {
             1 => AttnMask::Causal,
@@ -302,8 +309,8 @@ pub(crate) fn run(
         let kind = match step_spec {
             Some(s) => {
                 stats.speculative_steps += 1;
-                if let TreeShape::Dynamic(d) = &s.shape {
-                    lambda = d.next_lambda(lambda, tokens.len(), emitted.len());
+                if let (TreeShape::Dynamic(d), Some(c)) = (&s.shape, &choice) {
+                    feedback.observe(d, tokens.len(), c, emitted.len());
                 }
                 StepKind::Speculative
             }

@@ -14,6 +14,10 @@
 //!    the n that maximises E(n) − λ·c(n), λ being the tokens per unit of cost the request
 //!    has been getting (the rule for maximising a ratio: a node is worth verifying when it
 //!    brings at least λ tokens per unit of the cost it adds). n = 1 is a plain step.
+//! 5. the request keeps score ([`Feedback`]): per depth, how often its accepted paths
+//!    reached it against how often the estimates said they would. The ratios correct the
+//!    next steps' estimates head by head, so a text the heads guess worse than the
+//!    calibration prompts did gets smaller trees, and a better one larger.
 //!
 //! ```text
 //!   heads say      head 1: "(" .92, "[" .03    head 2: "x" .82    head 3: ")" .12
@@ -95,31 +99,115 @@ impl DynamicTree {
         }
     }
 
-    /// This step's tree as Medusa paths (empty: verify the root alone, a plain step), from
-    /// the heads' ranked proposals and λ.
-    pub fn choose(&self, ranked: &[Ranked], lambda: f64) -> Vec<Vec<usize>> {
+    /// This step's tree from the heads' ranked proposals and what the request has learnt
+    /// so far ([`Feedback`]).
+    pub fn choose(&self, ranked: &[Ranked], fb: &Feedback) -> Choice {
         let acc: Vec<Vec<f64>> = ranked
             .iter()
             .enumerate()
-            .map(|(h, r)| r.iter().map(|&(_, p)| self.estimate(h, p)).collect())
+            .map(|(h, r)| {
+                let f = fb.factor(h);
+                r.iter()
+                    .map(|&(_, p)| (f * self.estimate(h, p)).min(1.0))
+                    .collect()
+            })
             .collect();
         let (paths, expected) = greedy_tree(&acc, self.max_nodes());
         let best = (0..self.max_nodes())
             .max_by(|&a, &b| {
-                let gain = |n: usize| expected[n] - lambda * self.cost[n];
+                let gain = |n: usize| expected[n] - fb.lambda * self.cost[n];
                 // Ties go to the smaller tree.
                 gain(a).total_cmp(&gain(b)).then(b.cmp(&a))
             })
             .unwrap_or(0);
-        paths[..best.min(paths.len())].to_vec()
+        let paths = paths[..best.min(paths.len())].to_vec();
+        // Nodes of one depth exclude each other: their estimates add up to the chance that
+        // the accepted path reaches that depth.
+        let mut reach = vec![0.0; ranked.len()];
+        for path in &paths {
+            let p: f64 = path.iter().enumerate().map(|(h, &r)| acc[h][r]).product();
+            reach[path.len() - 1] += p;
+        }
+        Choice { paths, reach }
+    }
+}
+
+/// A step's tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// Medusa paths (empty: verify the root alone, a plain step).
+    pub paths: Vec<Vec<usize>>,
+    /// `reach[d]`: estimated chance that the accepted path reaches depth d + 1.
+    pub reach: Vec<f64>,
+}
+
+impl Choice {
+    /// Tokens it is expected to accept beyond the root.
+    pub fn expected(&self) -> f64 {
+        self.reach.iter().sum()
+    }
+}
+
+/// What a request has learnt about its own text, step by step:
+/// - λ, a moving average of the tokens per unit of cost its steps yield (at least 1,
+///   plain decoding's);
+/// - per depth d, how often its accepted paths reached d against how often the estimates
+///   said they would (decaying sums, starting from agreement). Their ratio t_d corrects
+///   the estimates: head d's by t_d / t_(d−1), so a text whose head 2 does worse than in
+///   calibration gets fewer depth-2 nodes while its head 1 keeps its nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Feedback {
+    pub lambda: f64,
+    reached: Vec<f64>,
+    expected: Vec<f64>,
+}
+
+impl Default for Feedback {
+    fn default() -> Self {
+        Self {
+            lambda: 1.0,
+            reached: vec![],
+            expected: vec![],
+        }
+    }
+}
+
+impl Feedback {
+    /// Weight of the starting agreement, in expected tokens, per depth.
+    const PRIOR: f64 = 1.0;
+    const DECAY: f64 = 0.9;
+    const ALPHA: f64 = 0.25;
+
+    /// t_d for depth `d` + 1.
+    fn ratio(&self, d: usize) -> f64 {
+        let (r, e) = (
+            self.reached.get(d).copied().unwrap_or(0.0),
+            self.expected.get(d).copied().unwrap_or(0.0),
+        );
+        (r + Self::PRIOR) / (e + Self::PRIOR)
     }
 
-    /// λ after a step that verified `nodes` nodes (after running the heads) and emitted
-    /// `tokens`: a moving average of tokens per unit of cost, at least 1 (plain decoding).
-    pub fn next_lambda(&self, lambda: f64, nodes: usize, tokens: usize) -> f64 {
-        const ALPHA: f64 = 0.25;
-        let c = self.cost[nodes.clamp(1, self.max_nodes()) - 1] + self.heads_cost;
-        ((1.0 - ALPHA) * lambda + ALPHA * tokens as f64 / c).max(1.0)
+    /// Factor on head `h`'s estimates, in [0.1, 2].
+    pub fn factor(&self, h: usize) -> f64 {
+        let before = if h == 0 { 1.0 } else { self.ratio(h - 1) };
+        (self.ratio(h) / before).clamp(0.1, 2.0)
+    }
+
+    /// After a step that verified `nodes` nodes chosen as `choice` and emitted `tokens`
+    /// (its accepted depth + 1).
+    pub fn observe(&mut self, tree: &DynamicTree, nodes: usize, choice: &Choice, tokens: usize) {
+        let c = tree.cost[nodes.clamp(1, tree.max_nodes()) - 1] + tree.heads_cost;
+        self.lambda =
+            ((1.0 - Self::ALPHA) * self.lambda + Self::ALPHA * tokens as f64 / c).max(1.0);
+        if self.reached.len() < choice.reach.len() {
+            self.reached.resize(choice.reach.len(), 0.0);
+            self.expected.resize(choice.reach.len(), 0.0);
+        }
+        for (d, &p) in choice.reach.iter().enumerate().filter(|(_, p)| **p > 0.0) {
+            let hit = f64::from(u8::from(tokens > d + 1));
+            self.reached[d] = Self::DECAY * self.reached[d] + hit;
+            self.expected[d] = Self::DECAY * self.expected[d] + p;
+        }
     }
 }
 
@@ -177,6 +265,13 @@ mod tests {
         DynamicTree::new(cost.to_vec(), 0.0, 4, vec![]).unwrap()
     }
 
+    fn at(lambda: f64) -> Feedback {
+        Feedback {
+            lambda,
+            ..Feedback::default()
+        }
+    }
+
     #[test]
     fn greedy_tree_adds_the_likeliest_paths_first() {
         let acc = vec![vec![0.6, 0.2, 0.05], vec![0.5, 0.1, 0.0]];
@@ -190,7 +285,10 @@ mod tests {
     fn worked_example_of_the_module_docs() {
         let t = tree(&[1.0, 1.04, 1.09, 1.2, 1.3]);
         let r = ranked(&[&[0.92, 0.03], &[0.82], &[0.12]]);
-        assert_eq!(t.choose(&r, 1.3), vec![vec![0], vec![0, 0]]);
+        let c = t.choose(&r, &at(1.3));
+        assert_eq!(c.paths, vec![vec![0], vec![0, 0]]);
+        assert!((c.expected() - (0.92 + 0.92 * 0.82)).abs() < 1e-6);
+        assert!((c.reach[1] - 0.92 * 0.82).abs() < 1e-6 && c.reach[2] == 0.0);
     }
 
     #[test]
@@ -198,18 +296,22 @@ mod tests {
         let t = tree(&[1.0, 1.04, 1.09, 1.13, 1.3, 1.5]);
         let sure = ranked(&[&[0.97, 0.01], &[0.95, 0.01], &[0.9, 0.01]]);
         assert_eq!(
-            t.choose(&sure, 1.5),
+            t.choose(&sure, &at(1.5)).paths,
             vec![vec![0], vec![0, 0], vec![0, 0, 0]]
         );
         let guessing = ranked(&[&[0.04, 0.03], &[0.05], &[0.02]]);
-        assert!(t.choose(&guessing, 1.0).is_empty());
+        assert!(t.choose(&guessing, &at(1.0)).paths.is_empty());
     }
 
     #[test]
     fn cheaper_verification_buys_a_wider_tree() {
         let r = ranked(&[&[0.5, 0.3, 0.1], &[0.5, 0.2], &[0.4]]);
-        let steep = tree(&[1.0, 1.2, 1.5, 1.9, 2.4, 3.0]).choose(&r, 1.2);
-        let flat = tree(&[1.0, 1.01, 1.02, 1.03, 1.04, 1.05]).choose(&r, 1.2);
+        let steep = tree(&[1.0, 1.2, 1.5, 1.9, 2.4, 3.0])
+            .choose(&r, &at(1.2))
+            .paths;
+        let flat = tree(&[1.0, 1.01, 1.02, 1.03, 1.04, 1.05])
+            .choose(&r, &at(1.2))
+            .paths;
         assert!(steep.len() < flat.len(), "{steep:?} vs {flat:?}");
         assert_eq!(flat.len(), 5);
     }
@@ -226,17 +328,63 @@ mod tests {
         assert_eq!(t.estimate(1, 1.0), 0.9);
         assert_eq!(t.estimate(0, 0.99), 0.5);
         let r = ranked(&[&[0.95], &[0.35]]);
-        assert_eq!(t.choose(&r, 1.0), vec![vec![0], vec![0, 0]]);
+        assert_eq!(t.choose(&r, &at(1.0)).paths, vec![vec![0], vec![0, 0]]);
     }
 
     #[test]
     fn lambda_follows_what_steps_yield_and_never_drops_below_one() {
         let t = DynamicTree::new(vec![2.0, 2.0, 2.2], 0.2, 4, vec![]).unwrap();
         assert_eq!(t.cost, vec![1.0, 1.0, 1.1]);
+        let chain = Choice {
+            paths: vec![vec![0], vec![0, 0]],
+            reach: vec![0.9, 0.8],
+        };
         // 3 tokens for 1.1 + 0.1 units
-        let l = t.next_lambda(1.0, 3, 3);
-        assert!((l - (0.75 + 0.25 * 3.0 / 1.2)).abs() < 1e-12);
-        assert_eq!(t.next_lambda(1.0, 1, 1), 1.0);
+        let mut fb = Feedback::default();
+        fb.observe(&t, 3, &chain, 3);
+        assert!((fb.lambda - (0.75 + 0.25 * 3.0 / 1.2)).abs() < 1e-12);
+        let mut fb = Feedback::default();
+        fb.observe(
+            &t,
+            1,
+            &Choice {
+                paths: vec![],
+                reach: vec![0.0; 2],
+            },
+            1,
+        );
+        assert_eq!(fb.lambda, 1.0);
+    }
+
+    #[test]
+    fn estimates_follow_what_each_depth_accepts() {
+        let t = tree(&[1.0, 1.1, 1.2, 1.3, 1.4, 1.5]);
+        let r = ranked(&[&[0.8, 0.1], &[0.7], &[0.6]]);
+        let mut fb = at(1.2);
+        let before = t.choose(&r, &fb);
+        assert_eq!(before.paths.len(), 3);
+        // Head 1 is right as often as estimated, heads 2 and 3 never: depth 1 keeps its
+        // node, the deeper ones go.
+        for _ in 0..10 {
+            fb.observe(&t, 4, &before, 2);
+        }
+        fb.lambda = 1.5;
+        assert!((fb.factor(0) - 1.0).abs() < 0.3, "{}", fb.factor(0));
+        assert!(fb.factor(1) < 0.3, "{}", fb.factor(1));
+        assert_eq!(t.choose(&r, &fb).paths, vec![vec![0]]);
+        // Trees grow where the heads do better than estimated.
+        let mut fb = at(1.2);
+        let small = ranked(&[&[0.3, 0.1], &[0.3], &[0.3]]);
+        let chain = Choice {
+            paths: vec![vec![0], vec![0, 0]],
+            reach: vec![0.3, 0.09],
+        };
+        for _ in 0..10 {
+            fb.observe(&t, 3, &chain, 3);
+        }
+        fb.lambda = 1.2;
+        assert!(fb.factor(0) > 1.5 && fb.factor(1) > 1.5, "{fb:?}");
+        assert!(t.choose(&small, &fb).paths.len() > t.choose(&small, &at(1.2)).paths.len());
     }
 
     #[test]
