@@ -126,41 +126,56 @@ misc = ["Write a polite email asking my manager for a day off.",
         "What are the benefits of drinking water?", "Explain how to change a flat bicycle tyre.",
         "Write a job advertisement for a part-time librarian.", "Give advice to someone starting university."]
 
-out = []
-for lang, task in itertools.product(langs, code_tasks):
-    for f in random.sample(code_forms, 2):
-        out.append(("code", f.format(lang=lang, task=task)))
-for lang in langs:
-    for f in code_explain:
-        out.append(("code", f.format(lang=lang)))
-for s, lang in itertools.product(sentences, targets):
-    for f in random.sample(trans_forms, 2):
-        out.append(("translate", f.format(lang=lang, s=s)))
-for t in topics:
-    for f in qa_forms:
-        out.append(("qa", f.format(t=t)))
-    for f in summ_forms:
-        out.append(("summarize", f.format(t=t)))
-for p in paragraphs:
-    for f in para_forms:
-        out.append(("summarize", f.format(p=p)))
-for c, s in itertools.product(characters, settings):
-    for f in random.sample(story_forms, 2):
-        out.append(("creative", f.format(c=c, s=s)))
-for m in misc:
-    out.append(("qa", m))
+def combine(rng, code_tasks, sentences, topics, paragraphs, characters, settings, misc,
+            explain=(), qa_k=None, summ_k=None):
+    """One round's (category, prompt) pairs: every list crossed with its forms; `qa_k` and
+    `summ_k` forms are sampled per topic (None: all of them)."""
+    pick = lambda forms, k: forms if k is None else rng.sample(forms, k)
+    out = []
+    for lang, task in itertools.product(langs, code_tasks):
+        for f in rng.sample(code_forms, 2):
+            out.append(("code", f.format(lang=lang, task=task)))
+    for lang in langs:
+        for f in explain:
+            out.append(("code", f.format(lang=lang)))
+    for s, lang in itertools.product(sentences, targets):
+        for f in rng.sample(trans_forms, 2):
+            out.append(("translate", f.format(lang=lang, s=s)))
+    for t in topics:
+        for f in pick(qa_forms, qa_k):
+            out.append(("qa", f.format(t=t)))
+        for f in pick(summ_forms, summ_k):
+            out.append(("summarize", f.format(t=t)))
+    for p in paragraphs:
+        for f in para_forms:
+            out.append(("summarize", f.format(p=p)))
+    for c, s in itertools.product(characters, settings):
+        for f in rng.sample(story_forms, 2):
+            out.append(("creative", f.format(c=c, s=s)))
+    for m in misc:
+        out.append(("qa", m))
+    return out
 
-seen, uniq = set(), []
-for cat, p in out:
-    if p not in seen:
-        seen.add(p)
-        uniq.append((cat, p))
-random.shuffle(uniq)
-path = pathlib.Path(__file__).with_name("prompts.jsonl")
-with path.open("w") as f:
-    for cat, p in uniq:
-        f.write(json.dumps({"category": cat, "prompt": p}) + "\n")
-print(f"{len(uniq)} prompts -> {path}")
+
+def write(name, rng, pairs, skip):
+    """Drop repeats and anything in `skip`, shuffle with `rng`, write `name` beside this file."""
+    skip, uniq = set(skip), []
+    for cat, p in pairs:
+        if p not in skip:
+            skip.add(p)
+            uniq.append((cat, p))
+    rng.shuffle(uniq)
+    path = pathlib.Path(__file__).with_name(name)
+    with path.open("w") as f:
+        for cat, p in uniq:
+            f.write(json.dumps({"category": cat, "prompt": p}) + "\n")
+    print(f"{len(uniq)} prompts -> {path}")
+    return uniq
+
+
+uniq = write("prompts.jsonl", random,
+             combine(random, code_tasks, sentences, topics, paragraphs, characters, settings,
+                     misc, explain=code_explain), set())
 
 # Round 2 (2026-12-03): new hand-written lists with the same forms, for more distillation
 # data. Its own seeded generator, so round 1 above stays byte-identical. Written to
@@ -254,35 +269,6 @@ def excluded():
             seen |= {json.loads(l)["prompt"] for l in f.read_text().splitlines() if l.strip()}
     return seen
 
-out2 = []
-for lang, task in itertools.product(langs, code_tasks2):
-    for f in rng2.sample(code_forms, 2):
-        out2.append(("code", f.format(lang=lang, task=task)))
-for s, lang in itertools.product(sentences2, targets):
-    for f in rng2.sample(trans_forms, 2):
-        out2.append(("translate", f.format(lang=lang, s=s)))
-for t in topics2:
-    for f in rng2.sample(qa_forms, 4):
-        out2.append(("qa", f.format(t=t)))
-    for f in rng2.sample(summ_forms, 2):
-        out2.append(("summarize", f.format(t=t)))
-for p in paragraphs2:
-    for f in para_forms:
-        out2.append(("summarize", f.format(p=p)))
-for c, s in itertools.product(characters2, settings2):
-    for f in rng2.sample(story_forms, 2):
-        out2.append(("creative", f.format(c=c, s=s)))
-for m in misc2:
-    out2.append(("qa", m))
-
-skip, uniq2 = excluded(), []
-for cat, p in out2:
-    if p not in skip:
-        skip.add(p)
-        uniq2.append((cat, p))
-rng2.shuffle(uniq2)
-path2 = pathlib.Path(__file__).with_name("prompts-2.jsonl")
-with path2.open("w") as f:
-    for cat, p in uniq2:
-        f.write(json.dumps({"category": cat, "prompt": p}) + "\n")
-print(f"{len(uniq2)} prompts -> {path2}")
+write("prompts-2.jsonl", rng2,
+      combine(rng2, code_tasks2, sentences2, topics2, paragraphs2, characters2, settings2,
+              misc2, qa_k=4, summ_k=2), excluded())
