@@ -1,8 +1,9 @@
 """Instructions for self-distilling the demo heads (written for toki; no dataset copied).
 
 Combines hand-written task templates with hand-written topic lists, shuffles with a fixed
-seed and writes `prompts.jsonl` ({"category", "prompt"} per line). Deterministic:
-`python3 training/data/make_prompts.py` always writes the same file.
+seed and writes `prompts.jsonl` (round 1) and `prompts-2.jsonl` (round 2: new lists, none
+of round 1, the bench prompts or Spec-Bench) ({"category", "prompt"} per line).
+Deterministic: `python3 training/data/make_prompts.py` always writes the same files.
 """
 import itertools, json, random, pathlib
 
