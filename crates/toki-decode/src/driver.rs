@@ -248,8 +248,13 @@ pub(crate) fn run(
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
     let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
     let mut policy = Policy::with_prior(request.tree_policy, prior);
-    // Dynamic trees: what this request's steps have yielded so far (see `dynamic`).
-    let mut feedback = Feedback::default();
+    // Dynamic trees: what steps have yielded so far (see `dynamic`), starting from what
+    // earlier requests learnt, weighed down.
+    let mut feedback = engine
+        .feedback
+        .lock()
+        .map(|f| f.carried())
+        .unwrap_or_default();
     while reason.is_none() {
         let prefix = cache.len();
         if prefix + 1 > capacity {
@@ -324,6 +329,11 @@ pub(crate) fn run(
         && let Ok(mut e) = engine.estimates.lock()
     {
         *e = policy.estimates();
+    }
+    if stats.speculative_steps > 0
+        && let Ok(mut f) = engine.feedback.lock()
+    {
+        *f = feedback;
     }
     stats.head_acceptance = accepted_per_head
         .iter()

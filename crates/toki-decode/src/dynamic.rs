@@ -187,6 +187,17 @@ impl Feedback {
         (r + Self::PRIOR) / (e + Self::PRIOR)
     }
 
+    /// What the next request starts from: the same λ and ratios, its evidence halved (a
+    /// new text may differ; it confirms or overturns them twice as fast).
+    pub fn carried(&self) -> Self {
+        let half = |v: &[f64]| v.iter().map(|x| x / 2.0).collect();
+        Self {
+            lambda: self.lambda,
+            reached: half(&self.reached),
+            expected: half(&self.expected),
+        }
+    }
+
     /// Factor on head `h`'s estimates, in [0.1, 2].
     pub fn factor(&self, h: usize) -> f64 {
         let before = if h == 0 { 1.0 } else { self.ratio(h - 1) };
@@ -384,6 +395,13 @@ mod tests {
         }
         fb.lambda = 1.2;
         assert!(fb.factor(0) > 1.5 && fb.factor(1) > 1.5, "{fb:?}");
+        // The next request starts from it, with half the evidence.
+        let next = fb.carried();
+        assert_eq!(next.lambda, fb.lambda);
+        assert!(
+            next.factor(0) > 1.5 && next.factor(0) < fb.factor(0) + 1e-12,
+            "{next:?}"
+        );
         assert!(t.choose(&small, &fb).paths.len() > t.choose(&small, &at(1.2)).paths.len());
     }
 

@@ -11,7 +11,7 @@ use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision, Ro
 
 use crate::acceptance::{AcceptRule, Acceptance, Lossless, Typical};
 use crate::adapt::Estimates;
-use crate::dynamic::DynamicTree;
+use crate::dynamic::{DynamicTree, Feedback};
 use crate::error::{DecodeError, Result};
 use crate::proposer::{HeadProposer, Proposer};
 use crate::request::{Output, Prompt, Request};
@@ -47,6 +47,8 @@ pub struct Engine {
     pub(crate) root_buffers: TreeBuffers,
     /// What the adaptive policy measured in earlier requests (reset with the tree).
     pub(crate) estimates: std::sync::Mutex<Estimates>,
+    /// What dynamic trees learnt in earlier requests (reset with the tree).
+    pub(crate) feedback: std::sync::Mutex<Feedback>,
 }
 
 /// The proposer (Medusa heads) and the tree it fills.
@@ -144,6 +146,7 @@ impl Engine {
             speculation: None,
             root_buffers,
             estimates: Default::default(),
+            feedback: Default::default(),
         }
     }
 
@@ -174,6 +177,7 @@ impl Engine {
             shape: TreeShape::Static { tree, buffers },
         });
         self.estimates = Default::default();
+        self.feedback = Default::default();
         Ok(self)
     }
 
@@ -195,6 +199,7 @@ impl Engine {
             shape: TreeShape::Dynamic(dynamic),
         });
         self.estimates = Default::default();
+        self.feedback = Default::default();
         Ok(self)
     }
 
