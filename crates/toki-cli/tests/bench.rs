@@ -158,6 +158,8 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
         assert!(out.contains("| overall |"), "{out}");
     }
     assert!(dir.join("report/report.md").exists() && dir.join("report/speedup.svg").exists());
+    let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
+    assert!(md.contains("tree: "), "the report names the tree: {md}");
     // Sampling: tau and speedup at a temperature, outputs not compared.
     let (ok, out, err) = toki(
         &[

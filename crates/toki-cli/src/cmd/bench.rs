@@ -1,7 +1,9 @@
 //! `toki bench`: plain vs speculative decoding, side by side in one process, by category.
 //!
-//! For every prompt, after one warm-up pair: plain, speculative, plain, speculative, …
-//! (`--repeat` pairs). Greedy outputs must be identical (a mismatch is reported with its
+//! For every prompt, after one warm-up pair: `--repeat` pairs of one plain and one
+//! speculative run, the order alternating from pair to pair and from prompt to prompt
+//! (plain first, then speculative first: A B, B A, …), so that whatever the first run
+//! after a new prompt pays (allocations sized to its context, caches) falls on both sides. Greedy outputs must be identical (a mismatch is reported with its
 //! prompt and makes the command fail). Reported per category and overall: τ (tokens per
 //! base pass of the speculative runs), tokens/s of each, speedup (median, min, max over
 //! prompts) and per-head acceptance.
@@ -59,7 +61,7 @@ pub struct Args {
     tree: crate::tree::TreeArgs,
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
-    /// Plain/speculative pairs per prompt (after one warm-up pair).
+    /// Plain/speculative pairs per prompt (after one warm-up pair; the order alternates).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// At most this many prompts per category (0 = all).
@@ -227,14 +229,19 @@ pub fn run(a: Args) -> Result<()> {
     engine.generate(&request(&prompts[0], TreePolicy::Never))?;
     engine.generate(&request(&prompts[0], spec_policy))?;
     let mut results = vec![];
-    for p in &prompts {
+    for (index, p) in prompts.iter().enumerate() {
         let (mut plain_tps, mut spec_tps, mut tau, mut identical) = (0.0, 0.0, 0.0, true);
         let mut nodes = 0.0;
         let mut heads_acc: Vec<f64> = vec![];
         let mut tokens = 0;
-        for _ in 0..a.repeat.max(1) {
-            let plain = engine.generate(&request(p, TreePolicy::Never))?;
-            let spec = engine.generate(&request(p, spec_policy))?;
+        for rep in 0..a.repeat.max(1) {
+            let (plain, spec) = if (index + rep) % 2 == 0 {
+                let plain = engine.generate(&request(p, TreePolicy::Never))?;
+                (plain, engine.generate(&request(p, spec_policy))?)
+            } else {
+                let spec = engine.generate(&request(p, spec_policy))?;
+                (engine.generate(&request(p, TreePolicy::Never))?, spec)
+            };
             identical &=
                 !matches!(sampling, Sampling::Greedy) || plain.output_ids == spec.output_ids;
             plain_tps += plain.stats.tokens_per_s;
@@ -288,7 +295,7 @@ pub fn run(a: Args) -> Result<()> {
     println!("{table}");
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     if let Some(dir) = &a.report {
-        bench_report::write(dir, &command, &table, &categories, &results)?;
+        bench_report::write(dir, &command, &tree_desc, &table, &categories, &results)?;
     }
     if a.json {
         let v = json!({

@@ -112,10 +112,11 @@ pub fn svg(categories: &BTreeMap<String, Summary>) -> String {
     s
 }
 
-/// `report.md` (command, table, per-prompt results) and `speedup.svg` into `dir`.
+/// `report.md` (command, tree, table, per-prompt results) and `speedup.svg` into `dir`.
 pub fn write(
     dir: &Path,
     command: &str,
+    tree: &str,
     table: &str,
     categories: &BTreeMap<String, Summary>,
     results: &[PromptResult],
@@ -125,7 +126,7 @@ pub fn write(
     std::fs::write(&svg_path, svg(categories))
         .with_context(|| format!("writing {}", svg_path.display()))?;
     let mut md = format!(
-        "# toki bench\n\n```\n{command}\n```\n\n{table}\n![speedup and tau by category](speedup.svg)\n\n"
+        "# toki bench\n\n```\n{command}\n```\n\ntree: {tree}\n\n{table}\n![speedup and tau by category](speedup.svg)\n\n"
     );
     md.push_str("| category | prompt | tokens | tau | plain tok/s | spec tok/s | speedup | identical |\n|---|---|---:|---:|---:|---:|---:|---|\n");
     for r in results {
