@@ -3,8 +3,9 @@
 //! For every prompt, after one warm-up pair: `--repeat` pairs of one plain and one
 //! speculative run, the order alternating from pair to pair and from prompt to prompt
 //! (plain first, then speculative first: A B, B A, …), so that whatever the first run
-//! after a new prompt pays (allocations sized to its context, caches) falls on both sides. Greedy outputs must be identical (a mismatch is reported with its
-//! prompt and makes the command fail). Reported per category and overall: τ (tokens per
+//! after a new prompt pays (allocations sized to its context, caches) falls on both
+//! sides. Greedy outputs must be identical (a mismatch is reported with its prompt and
+//! makes the command fail). Reported per category and overall: τ (tokens per
 //! base pass of the speculative runs), tokens/s of each, speedup (median, min, max over
 //! prompts) and per-head acceptance.
 
