@@ -170,6 +170,50 @@ fn compact_keeps_exactly_the_chosen_rows_and_next_logits_match_plain() {
     assert!(max_diff(&tree_c, &plain_logits[7 * v..8 * v]) < 1e-4);
 }
 
+#[test]
+fn host_attention_and_cache_match_burns() {
+    // On the cpu backend the model keeps its cache on the host and runs the host attention
+    // kernel for steps of up to 16 tokens; without host kernels, Burn's ops on a device
+    // cache. Prefill (20 tokens: Burn's ops over the host cache's rows), a tree step with
+    // compaction, then a plain step: the same logits.
+    let fast = model(11, 2);
+    let slow = fast.clone().without_host_kernels();
+    let rope = RopeTables::new(fast.config(), 64, &dev());
+    let tree = Tree::from_paths(&[vec![0], vec![1], vec![0, 0]], 2, 2).unwrap();
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 2) % 64).collect();
+    let run = |m: &LlamaModel| {
+        let mut cache = m.new_cache(40);
+        assert_eq!(cache.is_host(), m.uses_host_kernels());
+        let pos: Vec<u32> = (0..20).collect();
+        let mut out = vec2(m.logits(m.forward(
+            ids(&prompt),
+            ids(&pos),
+            &AttnMask::Causal,
+            &mut cache,
+            &rope,
+        )));
+        let b = tree.buffers(&dev());
+        out.extend(vec2(m.logits(m.forward(
+            ids(&[5, 6, 7, 8]),
+            ids(&[20, 21, 21, 22]),
+            &AttnMask::Tree(b.mask),
+            &mut cache,
+            &rope,
+        ))));
+        cache.compact(4, &[0, 1, 3]);
+        out.extend(vec2(m.logits(m.forward(
+            ids(&[9]),
+            ids(&[23]),
+            &AttnMask::Causal,
+            &mut cache,
+            &rope,
+        ))));
+        out
+    };
+    let d = max_diff(&run(&fast), &run(&slow));
+    assert!(d < 1e-4, "host and Burn attention differ by {d}");
+}
+
 fn write_tiny(dir: &std::path::Path) -> LlamaConfig {
     let c = tiny_config(64, 2, false);
     write_model_folder(dir, &c, 1).unwrap();

@@ -70,13 +70,9 @@ impl TreeArgs {
                 if self.tree_mode == TreeMode::Static {
                     bail!("--tree auto --tree-mode static needs calibration prompts");
                 }
-                let (cost, heads_s) = calibrate::costs(engine, heads)?;
-                return Ok(Chosen::Dynamic(DynamicTree::new(
-                    cost,
-                    heads_s,
-                    calibrate::MAX_RANK,
-                    vec![],
-                )?));
+                return Ok(Chosen::Dynamic(
+                    calibrate::costs(engine, heads)?.dynamic(vec![])?,
+                ));
             }
             let c = calibrate::auto_tree(engine, heads, calib, max_new)?;
             eprintln!("--tree auto: {}", c.summary());
@@ -118,6 +114,7 @@ pub fn load(spec: &str, mode: TreeMode, num_heads: usize) -> Result<Chosen> {
                 .with_context(|| format!("{spec}: `dynamic` is not a dynamic tree"))?;
             // Re-checked: the file may have been edited.
             let d = DynamicTree::new(d.cost, d.heads_cost, d.max_rank, d.accuracy)
+                .and_then(|t| t.with_contexts(d.context, d.longer))
                 .with_context(|| spec.to_string())?;
             Ok(Chosen::Dynamic(d))
         }

@@ -181,8 +181,10 @@ fn draft<'e>(
             Ok((propose(heads, input, tree)?, Cow::Borrowed(buffers), None))
         }
         TreeShape::Dynamic(d) => {
+            // Every node attends to the whole cache: prompt and tokens so far.
+            let costs = d.costs_at(input.history.len());
             let ranked = heads.rank(input, &vec![d.max_rank; heads.num_heads()])?;
-            let choice = d.choose(&ranked, feedback);
+            let choice = d.choose(&ranked, feedback, &costs);
             if choice.paths.is_empty() {
                 return Ok((
                     vec![root],
@@ -315,7 +317,7 @@ pub(crate) fn run(
             Some(s) => {
                 stats.speculative_steps += 1;
                 if let (TreeShape::Dynamic(d), Some(c)) = (&s.shape, &choice) {
-                    feedback.observe(d, tokens.len(), c, emitted.len());
+                    feedback.observe(&d.costs_at(prefix), tokens.len(), c, emitted.len());
                 }
                 StepKind::Speculative
             }

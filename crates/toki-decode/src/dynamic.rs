@@ -14,6 +14,8 @@
 //!    the n that maximises E(n) − λ·c(n), λ being the tokens per unit of cost the request
 //!    has been getting (the rule for maximising a ratio: a node is worth verifying when it
 //!    brings at least λ tokens per unit of the cost it adds). n = 1 is a plain step.
+//!    c(n) depends on the cache length (every node attends to the whole cache): it is
+//!    measured at a few lengths and interpolated at the step's own ([`DynamicTree::costs_at`]).
 //! 5. the request keeps score ([`Feedback`]): per depth, how often its accepted paths
 //!    reached it against how often the estimates said they would. The ratios correct the
 //!    next steps' estimates head by head, so a text the heads guess worse than the
@@ -49,6 +51,34 @@ pub struct DynamicTree {
     /// probability was right when its parent path was. Empty: probabilities as they are.
     #[serde(default)]
     pub accuracy: Vec<Vec<f64>>,
+    /// Cache length (tokens) `cost` and `heads_cost` were measured over.
+    #[serde(default = "base_context")]
+    pub context: usize,
+    /// c(n) measured over longer caches, by ascending length, in units of one node over
+    /// `context` tokens. Empty: `cost` at every length.
+    #[serde(default)]
+    pub longer: Vec<ContextCost>,
+}
+
+fn base_context() -> usize {
+    128
+}
+
+/// A cost curve measured over a cache of `context` tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextCost {
+    pub context: usize,
+    /// c(n), n = 1..: as long as [`DynamicTree::cost`].
+    pub cost: Vec<f64>,
+}
+
+/// Costs at one cache length, relative to verifying one node at that length.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Costs {
+    /// c(n), n = 1..=max_nodes, c(1) = 1.
+    pub cost: Vec<f64>,
+    /// One pass of the heads.
+    pub heads: f64,
 }
 
 impl DynamicTree {
@@ -81,7 +111,65 @@ impl DynamicTree {
             heads_cost: heads_cost / c1,
             max_rank,
             accuracy,
+            context: base_context(),
+            longer: vec![],
         })
+    }
+
+    /// The same tree with its cost measured over `context` tokens, and over the longer
+    /// caches of `longer` (relative to one node over `context`). Checked: lengths ascending
+    /// past `context`, curves as long as `cost`, costs positive.
+    pub fn with_contexts(mut self, context: usize, longer: Vec<ContextCost>) -> Result<Self> {
+        let mut last = context;
+        for l in &longer {
+            if l.context <= last {
+                return Err(DecodeError::Tree(format!(
+                    "dynamic tree: cost contexts must ascend, got {} after {last}",
+                    l.context
+                )));
+            }
+            if l.cost.len() != self.cost.len() || l.cost.iter().any(|c| !c.is_finite() || *c <= 0.0)
+            {
+                return Err(DecodeError::Tree(format!(
+                    "dynamic tree: the cost curve over {} tokens must hold {} positive numbers",
+                    l.context,
+                    self.cost.len()
+                )));
+            }
+            last = l.context;
+        }
+        self.context = context;
+        self.longer = longer;
+        Ok(self)
+    }
+
+    /// The costs at a cache of `context` tokens: linear between the measured lengths, the
+    /// nearest curve outside them.
+    pub fn costs_at(&self, context: usize) -> Costs {
+        let base = ContextCost {
+            context: self.context,
+            cost: self.cost.clone(),
+        };
+        let curves: Vec<&ContextCost> = std::iter::once(&base).chain(&self.longer).collect();
+        let i = curves.partition_point(|c| c.context <= context);
+        let absolute: Vec<f64> = match (i.checked_sub(1).map(|j| curves[j]), curves.get(i).copied())
+        {
+            (Some(lo), Some(hi)) => {
+                let w = (context - lo.context) as f64 / (hi.context - lo.context) as f64;
+                lo.cost
+                    .iter()
+                    .zip(&hi.cost)
+                    .map(|(a, b)| a * (1.0 - w) + b * w)
+                    .collect()
+            }
+            (Some(c), None) | (None, Some(c)) => c.cost.clone(),
+            (None, None) => self.cost.clone(),
+        };
+        let one = absolute[0];
+        Costs {
+            cost: absolute.iter().map(|c| c / one).collect(),
+            heads: self.heads_cost / one,
+        }
     }
 
     /// The largest tree it may choose, root included.
@@ -99,9 +187,9 @@ impl DynamicTree {
         }
     }
 
-    /// This step's tree from the heads' ranked proposals and what the request has learnt
-    /// so far ([`Feedback`]).
-    pub fn choose(&self, ranked: &[Ranked], fb: &Feedback) -> Choice {
+    /// This step's tree from the heads' ranked proposals, what the request has learnt so
+    /// far ([`Feedback`]) and the costs at its cache length ([`DynamicTree::costs_at`]).
+    pub fn choose(&self, ranked: &[Ranked], fb: &Feedback, costs: &Costs) -> Choice {
         let acc: Vec<Vec<f64>> = ranked
             .iter()
             .enumerate()
@@ -115,7 +203,7 @@ impl DynamicTree {
         let (paths, expected) = greedy_tree(&acc, self.max_nodes());
         let best = (0..self.max_nodes())
             .max_by(|&a, &b| {
-                let gain = |n: usize| expected[n] - fb.lambda * self.cost[n];
+                let gain = |n: usize| expected[n] - fb.lambda * costs.cost[n];
                 // Ties go to the smaller tree.
                 gain(a).total_cmp(&gain(b)).then(b.cmp(&a))
             })
@@ -204,10 +292,10 @@ impl Feedback {
         (self.ratio(h) / before).clamp(0.1, 2.0)
     }
 
-    /// After a step that verified `nodes` nodes chosen as `choice` and emitted `tokens`
-    /// (its accepted depth + 1).
-    pub fn observe(&mut self, tree: &DynamicTree, nodes: usize, choice: &Choice, tokens: usize) {
-        let c = tree.cost[nodes.clamp(1, tree.max_nodes()) - 1] + tree.heads_cost;
+    /// After a step that verified `nodes` nodes chosen as `choice` at `costs` and emitted
+    /// `tokens` (its accepted depth + 1).
+    pub fn observe(&mut self, costs: &Costs, nodes: usize, choice: &Choice, tokens: usize) {
+        let c = costs.cost[nodes.clamp(1, costs.cost.len()) - 1] + costs.heads;
         self.lambda =
             ((1.0 - Self::ALPHA) * self.lambda + Self::ALPHA * tokens as f64 / c).max(1.0);
         if self.reached.len() < choice.reach.len() {
@@ -296,7 +384,7 @@ mod tests {
     fn worked_example_of_the_module_docs() {
         let t = tree(&[1.0, 1.04, 1.09, 1.2, 1.3]);
         let r = ranked(&[&[0.92, 0.03], &[0.82], &[0.12]]);
-        let c = t.choose(&r, &at(1.3));
+        let c = t.choose(&r, &at(1.3), &t.costs_at(128));
         assert_eq!(c.paths, vec![vec![0], vec![0, 0]]);
         assert!((c.expected() - (0.92 + 0.92 * 0.82)).abs() < 1e-6);
         assert!((c.reach[1] - 0.92 * 0.82).abs() < 1e-6 && c.reach[2] == 0.0);
@@ -307,22 +395,23 @@ mod tests {
         let t = tree(&[1.0, 1.04, 1.09, 1.13, 1.3, 1.5]);
         let sure = ranked(&[&[0.97, 0.01], &[0.95, 0.01], &[0.9, 0.01]]);
         assert_eq!(
-            t.choose(&sure, &at(1.5)).paths,
+            t.choose(&sure, &at(1.5), &t.costs_at(128)).paths,
             vec![vec![0], vec![0, 0], vec![0, 0, 0]]
         );
         let guessing = ranked(&[&[0.04, 0.03], &[0.05], &[0.02]]);
-        assert!(t.choose(&guessing, &at(1.0)).paths.is_empty());
+        assert!(
+            t.choose(&guessing, &at(1.0), &t.costs_at(128))
+                .paths
+                .is_empty()
+        );
     }
 
     #[test]
     fn cheaper_verification_buys_a_wider_tree() {
         let r = ranked(&[&[0.5, 0.3, 0.1], &[0.5, 0.2], &[0.4]]);
-        let steep = tree(&[1.0, 1.2, 1.5, 1.9, 2.4, 3.0])
-            .choose(&r, &at(1.2))
-            .paths;
-        let flat = tree(&[1.0, 1.01, 1.02, 1.03, 1.04, 1.05])
-            .choose(&r, &at(1.2))
-            .paths;
+        let pick = |t: DynamicTree| t.choose(&r, &at(1.2), &t.costs_at(128)).paths;
+        let steep = pick(tree(&[1.0, 1.2, 1.5, 1.9, 2.4, 3.0]));
+        let flat = pick(tree(&[1.0, 1.01, 1.02, 1.03, 1.04, 1.05]));
         assert!(steep.len() < flat.len(), "{steep:?} vs {flat:?}");
         assert_eq!(flat.len(), 5);
     }
@@ -339,7 +428,10 @@ mod tests {
         assert_eq!(t.estimate(1, 1.0), 0.9);
         assert_eq!(t.estimate(0, 0.99), 0.5);
         let r = ranked(&[&[0.95], &[0.35]]);
-        assert_eq!(t.choose(&r, &at(1.0)).paths, vec![vec![0], vec![0, 0]]);
+        assert_eq!(
+            t.choose(&r, &at(1.0), &t.costs_at(128)).paths,
+            vec![vec![0], vec![0, 0]]
+        );
     }
 
     #[test]
@@ -352,11 +444,11 @@ mod tests {
         };
         // 3 tokens for 1.1 + 0.1 units
         let mut fb = Feedback::default();
-        fb.observe(&t, 3, &chain, 3);
+        fb.observe(&t.costs_at(128), 3, &chain, 3);
         assert!((fb.lambda - (0.75 + 0.25 * 3.0 / 1.2)).abs() < 1e-12);
         let mut fb = Feedback::default();
         fb.observe(
-            &t,
+            &t.costs_at(128),
             1,
             &Choice {
                 paths: vec![],
@@ -372,17 +464,17 @@ mod tests {
         let t = tree(&[1.0, 1.1, 1.2, 1.3, 1.4, 1.5]);
         let r = ranked(&[&[0.8, 0.1], &[0.7], &[0.6]]);
         let mut fb = at(1.2);
-        let before = t.choose(&r, &fb);
+        let before = t.choose(&r, &fb, &t.costs_at(128));
         assert_eq!(before.paths.len(), 3);
         // Head 1 is right as often as estimated, heads 2 and 3 never: depth 1 keeps its
         // node, the deeper ones go.
         for _ in 0..10 {
-            fb.observe(&t, 4, &before, 2);
+            fb.observe(&t.costs_at(128), 4, &before, 2);
         }
         fb.lambda = 1.5;
         assert!((fb.factor(0) - 1.0).abs() < 0.3, "{}", fb.factor(0));
         assert!(fb.factor(1) < 0.3, "{}", fb.factor(1));
-        assert_eq!(t.choose(&r, &fb).paths, vec![vec![0]]);
+        assert_eq!(t.choose(&r, &fb, &t.costs_at(128)).paths, vec![vec![0]]);
         // Trees grow where the heads do better than estimated.
         let mut fb = at(1.2);
         let small = ranked(&[&[0.3, 0.1], &[0.3], &[0.3]]);
@@ -391,7 +483,7 @@ mod tests {
             reach: vec![0.3, 0.09],
         };
         for _ in 0..10 {
-            fb.observe(&t, 3, &chain, 3);
+            fb.observe(&t.costs_at(128), 3, &chain, 3);
         }
         fb.lambda = 1.2;
         assert!(fb.factor(0) > 1.5 && fb.factor(1) > 1.5, "{fb:?}");
@@ -402,7 +494,55 @@ mod tests {
             next.factor(0) > 1.5 && next.factor(0) < fb.factor(0) + 1e-12,
             "{next:?}"
         );
-        assert!(t.choose(&small, &fb).paths.len() > t.choose(&small, &at(1.2)).paths.len());
+        assert!(
+            t.choose(&small, &fb, &t.costs_at(128)).paths.len()
+                > t.choose(&small, &at(1.2), &t.costs_at(128)).paths.len()
+        );
+    }
+
+    #[test]
+    fn costs_follow_the_cache_length() {
+        // One node costs 1 over 128 tokens, 2 over 1,152; four nodes 1.5 and 4.
+        let t = DynamicTree::new(vec![1.0, 1.2, 1.4, 1.5], 0.1, 4, vec![])
+            .unwrap()
+            .with_contexts(
+                128,
+                vec![ContextCost {
+                    context: 1152,
+                    cost: vec![2.0, 2.6, 3.3, 4.0],
+                }],
+            )
+            .unwrap();
+        assert_eq!(t.costs_at(64), t.costs_at(128));
+        assert_eq!(t.costs_at(128).cost, vec![1.0, 1.2, 1.4, 1.5]);
+        let long = t.costs_at(5000);
+        assert_eq!(long.cost, vec![1.0, 1.3, 1.65, 2.0]);
+        assert!((long.heads - 0.05).abs() < 1e-12);
+        // Half way: one node 1.5, four 2.75.
+        let mid = t.costs_at(640);
+        assert!((mid.cost[3] - 2.75 / 1.5).abs() < 1e-12, "{mid:?}");
+        // The same heads buy a smaller tree over a long cache.
+        let r = ranked(&[&[0.6, 0.3], &[0.5], &[0.4]]);
+        let short = t.choose(&r, &at(1.3), &t.costs_at(128)).paths.len();
+        let over_long = t.choose(&r, &at(1.3), &long).paths.len();
+        assert!(over_long < short, "{over_long} vs {short}");
+        // Curves that do not fit are refused.
+        let base = || DynamicTree::new(vec![1.0, 1.2], 0.0, 4, vec![]).unwrap();
+        let curve = |context, cost: &[f64]| ContextCost {
+            context,
+            cost: cost.to_vec(),
+        };
+        assert!(
+            base()
+                .with_contexts(128, vec![curve(64, &[1.0, 1.1])])
+                .is_err()
+        );
+        assert!(base().with_contexts(128, vec![curve(512, &[1.0])]).is_err());
+        assert!(
+            base()
+                .with_contexts(128, vec![curve(512, &[1.0, -1.0])])
+                .is_err()
+        );
     }
 
     #[test]

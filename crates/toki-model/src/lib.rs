@@ -6,9 +6,11 @@
 //! - [`rope`], [`cache`]: the explicit state a forward takes
 //! - [`gguf`], [`convert`]: llama.cpp files → an HF folder
 //! - [`heads`], [`draft`]: Medusa heads, and the draft vocabulary they may score
-//! - [`kernels`]: the CPU fast path for small steps (weights streamed once)
+//! - [`kernels`], [`attention`]: the CPU fast path for small steps (weights streamed once,
+//!   keys and values read in place)
 //! - [`tokenizer`]: tokenizer.json and the chat template
 
+pub mod attention;
 pub mod cache;
 pub mod config;
 pub mod convert;

@@ -8,7 +8,8 @@ use burn::nn::{Embedding, Linear, RmsNorm};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
-use crate::cache::KvCache;
+use crate::attention::{HostAttn, attention};
+use crate::cache::{KvCache, host_vec};
 use crate::config::LlamaConfig;
 use crate::error::Result;
 use crate::kernels::{HOST_ROWS, HostWeight};
@@ -373,10 +374,16 @@ impl LlamaModel {
         &self.lm_head
     }
 
-    /// A KV cache for this model holding up to `capacity` tokens.
+    /// A KV cache for this model holding up to `capacity` tokens (in host memory where the
+    /// model runs the CPU fast path).
     pub fn new_cache(&self, capacity: usize) -> KvCache {
         let c = &self.config;
-        KvCache::new(
+        let new = if self.uses_host_kernels() {
+            KvCache::new_host
+        } else {
+            KvCache::new
+        };
+        new(
             c.num_hidden_layers,
             c.num_key_value_heads,
             c.head_dim,
@@ -427,17 +434,22 @@ impl LlamaModel {
             }
         }
         .map(|b| b.cast(self.config_dtype()).reshape([1, 1, t, prefix + t]));
+        // The few rows of a step over a host cache take the host attention kernel, which
+        // reads the bias on the host ([T, prefix + T]).
+        let host_attn = cache.is_host() && t <= HOST_ROWS && !self.device().is_autodiff();
+        let host_bias = bias.clone().filter(|_| host_attn).map(host_vec);
+        let path = match host_attn {
+            true => AttnPath::Host(host_bias.as_deref()),
+            false => AttnPath::Burn(bias.as_ref()),
+        };
         //  Activations stay 2-D [T, D]: a 2-D matmul uses the transposed weight view as it
         // is, where a batched one would first copy the weight to contiguous memory.
         let mut x = self.embed(tokens); // [T, D]
         for (i, layer) in self.layers.iter().enumerate() {
-            let h = layer.attn.forward(
-                layer.attn_norm.forward(x.clone()),
-                &rope_at,
-                bias.as_ref(),
-                cache,
-                i,
-            );
+            let h =
+                layer
+                    .attn
+                    .forward(layer.attn_norm.forward(x.clone()), &rope_at, path, cache, i);
             x = x + h;
             let h = layer.mlp.forward(layer.mlp_norm.forward(x.clone()));
             x = x + h;
@@ -478,13 +490,23 @@ impl LlamaModel {
     }
 }
 
+/// How a forward's attention runs, with its additive bias (`None`: every new token sees
+/// every row).
+#[derive(Clone, Copy)]
+enum AttnPath<'a> {
+    /// Burn's tensor ops; bias [1, 1, T, S].
+    Burn(Option<&'a Tensor<4>>),
+    /// The host kernel over a host cache ([`crate::attention`]); bias [T, S].
+    Host(Option<&'a [f32]>),
+}
+
 impl Attention {
-    /// x [1, T, D] -> [1, T, D]
+    /// x [T, D] -> [T, D]
     fn forward(
         &self,
         x: Tensor<2>,
         rope: &RopeAt,
-        bias: Option<&Tensor<4>>,
+        path: AttnPath<'_>,
         cache: &mut KvCache,
         layer: usize,
     ) -> Tensor<2> {
@@ -505,6 +527,25 @@ impl Attention {
         let v = self.v.forward(x).reshape([1, t, nkv, hd]).swap_dims(1, 2);
         let q = rope.apply(q);
         let k = rope.apply(k);
+        let bias = match path {
+            AttnPath::Burn(bias) => bias,
+            AttnPath::Host(bias) => {
+                let device = q.device();
+                cache.write_host(layer, &host_vec(k), &host_vec(v), t);
+                let (ck, cv) = cache.host_layer(layer);
+                let dims = HostAttn {
+                    n_heads: nh,
+                    n_kv_heads: nkv,
+                    head_dim: hd,
+                    t,
+                    s: cache.len() + t,
+                    capacity: cache.capacity(),
+                };
+                let out = attention(&host_vec(q), ck, cv, dims, bias); // [T, nh * hd]
+                let out = Tensor::from_data(TensorData::new(out, [t, nh * hd]), &device);
+                return self.o.forward(out);
+            }
+        };
         let (k, v) = cache.write(layer, k, v); // [1, nkv, S, hd]
         let [_, _, s, _] = k.dims();
         // GQA without copying K/V: query heads g*group..(g+1)*group share kv head g, so

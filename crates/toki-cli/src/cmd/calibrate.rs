@@ -1,7 +1,8 @@
 //! `toki calibrate`: choose the candidate tree for this hardware.
 //!
-//! 1. Cost: time one verification pass of n tree nodes (n = 1..64, over a 128-token cache;
-//!    forward, logits and the host read-back), and one pass of the heads, on the backend.
+//! 1. Cost: time one verification pass of n tree nodes (n = 1..64, over a 128-token cache,
+//!    and again over 512- and 2,048-token caches; forward, logits and the host read-back),
+//!    and one pass of the heads, on the backend.
 //! 2. Acceptance: on calibration prompts, the base's own greedy continuations are known;
 //!    for head k and rank r, a(k, r) = how often head k's rank-r token is the token k+2
 //!    ahead.
@@ -20,7 +21,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::Serialize;
-use toki_decode::dynamic::greedy_tree;
+use toki_decode::dynamic::{ContextCost, greedy_tree};
 use toki_decode::proposer::top_k;
 use toki_decode::{DynamicTree, Engine, HeadProposer, Prompt, Proposer, Request, Tree, TreePolicy};
 use toki_model::{AttnMask, RopeTables};
@@ -55,8 +56,11 @@ pub struct Args {
 #[derive(Debug, Clone, Serialize)]
 pub struct Calibration {
     pub paths: Vec<Vec<usize>>,
-    /// Seconds of one verification pass of n nodes, n = 1..=64 (or fewer: see `MAX_COST`).
+    /// Seconds of one verification pass of n nodes over a 128-token cache, n = 1..=64 (or
+    /// fewer: see `MAX_COST`).
     pub cost_s: Vec<f64>,
+    /// The same over longer caches.
+    pub longer_cost_s: Vec<ContextCost>,
     pub heads_s: f64,
     /// a(k, r): head k's rank-r token is right.
     pub acceptance: Vec<Vec<f64>>,
@@ -93,12 +97,25 @@ impl Calibration {
         let n = self.paths.len() + 1;
         let ratio = |i: usize| self.cost_s.get(i).map_or(f64::NAN, |c| c / self.cost_s[0]);
         format!(
-            "static tree of {n} node(s), expected {:.2} tokens/step, {:.2}x plain; verify cost 2/4/8 nodes {:.2}/{:.2}/{:.2}x one, heads {:.2}x; head top-1 acceptance {}",
+            "static tree of {n} node(s), expected {:.2} tokens/step, {:.2}x plain; verify cost 2/4/8 nodes {:.2}/{:.2}/{:.2}x one{}, heads {:.2}x; head top-1 acceptance {}",
             self.expected_tokens[n - 1],
             self.expected_speedup[n - 1],
             ratio(1),
             ratio(3),
             ratio(7),
+            self.longer_cost_s
+                .iter()
+                .map(|l| {
+                    let r = |i: usize| l.cost.get(i).map_or(f64::NAN, |c| c / l.cost[0]);
+                    format!(
+                        " ({:.2}/{:.2}/{:.2} over {} tokens)",
+                        r(1),
+                        r(3),
+                        r(7),
+                        l.context
+                    )
+                })
+                .collect::<String>(),
             self.heads_s / self.cost_s[0],
             self.acceptance
                 .iter()
@@ -119,8 +136,14 @@ pub fn auto_tree(
     if prompts.is_empty() {
         bail!("calibration needs at least one prompt");
     }
-    let (cost_s, heads_s) = costs(engine, heads)?;
+    let measured = costs(engine, heads)?;
     let (acceptance, bins) = head_acceptance(engine, heads, prompts, max_new)?;
+    let dynamic = measured.dynamic(bins.iter().map(|b| smoothed_accuracy(b)).collect())?;
+    let Measured {
+        cost_s,
+        longer_s,
+        heads_s,
+    } = measured;
     let max_nodes = cost_s.len();
     let (order, expected_tokens) = greedy_tree(&acceptance, max_nodes);
     let expected_speedup: Vec<f64> = (0..max_nodes)
@@ -129,12 +152,6 @@ pub fn auto_tree(
             expected_tokens[i] / step * cost_s[0]
         })
         .collect();
-    let dynamic = DynamicTree::new(
-        cost_s.clone(),
-        heads_s,
-        MAX_RANK,
-        bins.iter().map(|b| smoothed_accuracy(b)).collect(),
-    )?;
     let confidence = bins
         .iter()
         .map(|b| {
@@ -156,6 +173,7 @@ pub fn auto_tree(
     Ok(Calibration {
         paths,
         cost_s,
+        longer_cost_s: longer_s,
         heads_s,
         acceptance,
         confidence,
@@ -217,12 +235,50 @@ fn time(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(t[t.len() / 2])
 }
 
-/// Verification cost of 1..=64 nodes over a 128-token cache, and one heads pass.
-pub fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
+/// Cache lengths the verification cost is measured over (those that fit the engine's
+/// context): every tree node attends to the whole cache, so nodes cost more over a long
+/// prompt. The first is the base curve; a dynamic tree interpolates between them.
+const CONTEXTS: [usize; 3] = [128, 512, 2048];
+
+/// What `costs` measured, in seconds.
+pub struct Measured {
+    /// One verification pass of n nodes over `CONTEXTS[0]` tokens, n = 1..=64 or fewer.
+    pub cost_s: Vec<f64>,
+    /// The same sizes over the longer caches that fit.
+    pub longer_s: Vec<ContextCost>,
+    /// One pass of the heads.
+    pub heads_s: f64,
+}
+
+impl Measured {
+    /// A dynamic tree of these costs.
+    pub fn dynamic(&self, accuracy: Vec<Vec<f64>>) -> Result<DynamicTree> {
+        let one = self.cost_s[0];
+        let longer = self
+            .longer_s
+            .iter()
+            .map(|l| ContextCost {
+                context: l.context,
+                cost: l.cost.iter().map(|c| c / one).collect(),
+            })
+            .collect();
+        Ok(
+            DynamicTree::new(self.cost_s.clone(), self.heads_s, MAX_RANK, accuracy)?
+                .with_contexts(CONTEXTS[0], longer)?,
+        )
+    }
+}
+
+/// Verification cost of 1..=64 nodes over caches of `CONTEXTS` tokens, and one heads pass.
+pub fn costs(engine: &Engine, heads: &HeadProposer) -> Result<Measured> {
     let model = engine.model();
     let device = model.device();
-    let prefix = 128;
-    let rope = RopeTables::new(model.config(), prefix + MAX_NODES, &device);
+    let contexts: Vec<usize> = CONTEXTS
+        .into_iter()
+        .filter(|&c| c == CONTEXTS[0] || c + MAX_NODES <= engine.context())
+        .collect();
+    let longest = contexts.last().copied().unwrap_or(CONTEXTS[0]);
+    let rope = RopeTables::new(model.config(), longest + MAX_NODES, &device);
     let vocab = model.config().vocab_size;
     let ids = |n: usize, start: usize| {
         let v: Vec<i64> = (0..n).map(|i| ((i * 37 + 11) % vocab) as i64).collect();
@@ -232,41 +288,79 @@ pub fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
             Tensor::<1, Int>::from_data(TensorData::new(p, [n]), &device),
         )
     };
-    let mut cache = model.new_cache(prefix + MAX_NODES);
-    let (t, p) = ids(prefix, 0);
-    let hidden = model.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
-    let last = hidden.slice([prefix - 1..prefix]);
-    let mut pass = |n: usize| -> Result<f64> {
-        cache.truncate(prefix);
-        let (t, p) = ids(n, prefix);
-        let start = Instant::now();
-        let h = model.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
-        let _: Vec<i64> = model
-            .logits(h)
-            .argmax(1)
-            .try_into_vec_as()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(start.elapsed().as_secs_f64())
-    };
-    // Measured at these sizes, linear in between, until one costs more than MAX_COST. A
-    // shared machine drifts: after a first pass that finds the sizes, ROUNDS more passes
-    // over all of them, and the median of each size's rounds.
+    let mut curves = vec![];
+    let mut sizes: Option<Vec<usize>> = None;
+    let mut last = None;
+    for prefix in contexts {
+        let mut cache = model.new_cache(prefix + MAX_NODES);
+        let (t, p) = ids(prefix, 0);
+        let hidden = model.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
+        last.get_or_insert_with(|| hidden.slice([prefix - 1..prefix]));
+        let pass = |n: usize| -> Result<f64> {
+            cache.truncate(prefix);
+            let (t, p) = ids(n, prefix);
+            let start = Instant::now();
+            let h = model.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
+            let _: Vec<i64> = model
+                .logits(h)
+                .argmax(1)
+                .try_into_vec_as()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok(start.elapsed().as_secs_f64())
+        };
+        let (s, cost) = curve(pass, sizes.as_deref())?;
+        sizes = Some(s);
+        curves.push((prefix, cost));
+    }
+    let mut curves = curves.into_iter();
+    let (_, cost_s) = curves.next().context("no cost curve measured")?;
+    let longer_s = curves
+        .map(|(context, cost)| ContextCost { context, cost })
+        .collect();
+    // One proposal pass as decoding runs it: every head, read back, ranked.
+    let last = last.context("no cost curve measured")?;
+    let k = heads.num_heads();
+    let heads_s = time(|| {
+        let (flat, cols) = heads.logits(last.clone(), &[11], model, k)?;
+        for h in 0..k {
+            top_k(&flat[h * cols..(h + 1) * cols], MAX_RANK.min(cols));
+        }
+        Ok(())
+    })?;
+    Ok(Measured {
+        cost_s,
+        longer_s,
+        heads_s,
+    })
+}
+
+/// One cost curve: seconds of `pass(n)` for n = 1..=largest size measured. Without
+/// `sizes`, measured at `SIZES` until one costs more than `MAX_COST` one-node passes
+/// (no larger tree can pay), and the sizes used are returned; with them, at those. Linear
+/// in between.
+fn curve(
+    mut pass: impl FnMut(usize) -> Result<f64>,
+    sizes: Option<&[usize]>,
+) -> Result<(Vec<usize>, Vec<f64>)> {
+    // A shared machine drifts: after a first pass, ROUNDS more passes over all the sizes,
+    // and the median of each size's rounds.
     const ROUNDS: usize = 5;
     pass(1)?; // warm-up
-    let mut sizes = vec![];
+    let mut used = vec![];
     let mut rounds: Vec<Vec<f64>> = vec![];
-    for &n in &SIZES {
-        if rounds
-            .last()
-            .is_some_and(|r| r[0] > MAX_COST * rounds[0][0])
+    for &n in sizes.unwrap_or(&SIZES) {
+        if sizes.is_none()
+            && rounds
+                .last()
+                .is_some_and(|r| r[0] > MAX_COST * rounds[0][0])
         {
             break;
         }
-        sizes.push(n);
+        used.push(n);
         rounds.push(vec![pass(n)?]);
     }
     for _ in 0..ROUNDS {
-        for (i, &n) in sizes.iter().enumerate() {
+        for (i, &n) in used.iter().enumerate() {
             rounds[i].push(pass(n)?);
         }
     }
@@ -279,32 +373,20 @@ pub fn costs(engine: &Engine, heads: &HeadProposer) -> Result<(Vec<f64>, f64)> {
         .collect();
     // Verifying more nodes never costs less: timing noise is smoothed out.
     let measured = non_decreasing(&measured.iter().map(|&s| (s, 1.0)).collect::<Vec<_>>());
-    let largest = sizes.last().copied().unwrap_or(1);
+    let largest = used.last().copied().unwrap_or(1);
     let cost = (1..=largest)
         .map(|n| {
-            let i = sizes
-                .iter()
-                .position(|&s| s >= n)
-                .unwrap_or(sizes.len() - 1);
-            if sizes[i] == n || i == 0 {
+            let i = used.iter().position(|&s| s >= n).unwrap_or(used.len() - 1);
+            if used[i] == n || i == 0 {
                 measured[i]
             } else {
-                let (n0, n1) = (sizes[i - 1] as f64, sizes[i] as f64);
+                let (n0, n1) = (used[i - 1] as f64, used[i] as f64);
                 let w = (n as f64 - n0) / (n1 - n0);
                 measured[i - 1] * (1.0 - w) + measured[i] * w
             }
         })
         .collect();
-    // One proposal pass as decoding runs it: every head, read back, ranked.
-    let k = heads.num_heads();
-    let heads_s = time(|| {
-        let (flat, cols) = heads.logits(last.clone(), &[11], model, k)?;
-        for h in 0..k {
-            top_k(&flat[h * cols..(h + 1) * cols], MAX_RANK.min(cols));
-        }
-        Ok(())
-    })?;
-    Ok((cost, heads_s))
+    Ok((used, cost))
 }
 
 /// Per head and confidence bin: (positions, right).

@@ -1,0 +1,309 @@
+//! The CPU fast path of attention for the few new tokens of a decoding or verification
+//! step, over a KV cache kept in host memory ([`crate::KvCache`] on the flex device in f32).
+//!
+//! Burn's tensor ops took about 1 ms per layer for one token over a 2,048-token cache (as
+//! long as the layer's weights take), and their cost grows with every tree node
+//! (`examples/attn.rs` times both side by side). Here each query head streams its keys and
+//! values once for all T new tokens:
+//!
+//! ```text
+//!   for each query head h (kv head h / group), in parallel:
+//!     s[i][j] = q[h][i] · k[j] / √hd + bias[i][j]     i < T new tokens, j < S cached + new
+//!     p[i]    = softmax(s[i])
+//!     out[i][h] = Σ_j p[i][j] v[j]
+//! ```
+//!
+//! Keys are stored transposed ([head_dim, capacity] per kv head), so `s[i]` is a sum of
+//! hd contiguous key rows scaled by q's components, and `out[i]` a sum of value rows:
+//! both loops run along contiguous memory without horizontal sums.
+
+use rayon::prelude::*;
+
+/// Shapes of one layer's attention on the host.
+#[derive(Debug, Clone, Copy)]
+pub struct HostAttn {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// New tokens.
+    pub t: usize,
+    /// Keys visible: cached + new (the cache's first `s` rows).
+    pub s: usize,
+    /// Rows the cache buffers hold per kv head.
+    pub capacity: usize,
+}
+
+/// `q` [n_heads, T, hd]; `k` [n_kv_heads, hd, capacity] and `v` [n_kv_heads, capacity, hd],
+/// of which positions `0..s` are valid; `bias` [T, s] additive (0 visible, -inf hidden), or `None` when every new token
+/// sees every row. Returns [T, n_heads * hd].
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], a: HostAttn, bias: Option<&[f32]>) -> Vec<f32> {
+    let HostAttn {
+        n_heads,
+        n_kv_heads,
+        head_dim: hd,
+        t,
+        s,
+        capacity,
+    } = a;
+    assert_eq!(
+        q.len(),
+        n_heads * t * hd,
+        "queries are not [{n_heads}, {t}, {hd}]"
+    );
+    assert!(k.len() == n_kv_heads * capacity * hd && v.len() == k.len() && s <= capacity);
+    assert!(
+        bias.is_none_or(|b| b.len() == t * s),
+        "bias is not [{t}, {s}]"
+    );
+    let group = n_heads / n_kv_heads;
+    let scale = (hd as f32).powf(-0.5);
+    // Per query head: [T, hd].
+    let per_head: Vec<Vec<f32>> = (0..n_heads)
+        .into_par_iter()
+        .map(|h| {
+            let g = h / group;
+            let one = OneHead {
+                q: &q[h * t * hd..(h + 1) * t * hd],
+                keys: &k[g * hd * capacity..(g + 1) * hd * capacity],
+                values: &v[g * capacity * hd..(g * capacity + s) * hd],
+                capacity,
+                bias,
+                t,
+                s,
+                hd,
+                scale,
+            };
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the CPU supports AVX2 and FMA (checked just above); the code is
+                // safe Rust compiled with those features.
+                return unsafe { one.run_avx2() };
+            }
+            one.run::<false>()
+        })
+        .collect();
+    // [n_heads][T, hd] -> [T, n_heads * hd]
+    let mut out = vec![0.0f32; t * n_heads * hd];
+    for (h, o) in per_head.iter().enumerate() {
+        for i in 0..t {
+            out[(i * n_heads + h) * hd..(i * n_heads + h + 1) * hd]
+                .copy_from_slice(&o[i * hd..(i + 1) * hd]);
+        }
+    }
+    out
+}
+
+/// Register block: 64 floats, eight AVX2 vectors (eight independent add chains).
+const B: usize = 64;
+/// Value rows per block (16 KB at hd = 64: in L1 while every new token reads them).
+const VB: usize = 64;
+
+/// One query head's attention: `q` [T, hd], `keys` [hd, capacity], `values` [S, hd].
+struct OneHead<'a> {
+    q: &'a [f32],
+    keys: &'a [f32],
+    values: &'a [f32],
+    capacity: usize,
+    bias: Option<&'a [f32]>,
+    t: usize,
+    s: usize,
+    hd: usize,
+    scale: f32,
+}
+
+impl OneHead<'_> {
+    /// The same code compiled for AVX2 and FMA (wider vectors for the loops below).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run_avx2(&self) -> Vec<f32> {
+        self.run::<true>()
+    }
+
+    /// -> [T, hd]. `FMA`: fused multiply-adds (only where the CPU has them: elsewhere
+    /// `mul_add` is a slow library call).
+    #[inline(always)]
+    fn run<const FMA: bool>(&self) -> Vec<f32> {
+        let (t, s, hd) = (self.t, self.s, self.hd);
+        let mut p = vec![0.0f32; t * s]; // [T, S]
+        // Blocks of B keys: each token's B scores stay in registers over the hd components.
+        for j0 in (0..s).step_by(B) {
+            let w = B.min(s - j0);
+            for (i, row) in p.chunks_exact_mut(s).enumerate() {
+                let qi = &self.q[i * hd..(i + 1) * hd];
+                let mut acc = [0.0f32; B];
+                for (c, &qc) in qi.iter().enumerate() {
+                    let kc = &self.keys[c * self.capacity + j0..c * self.capacity + j0 + w];
+                    axpy::<FMA>(&mut acc, qc, kc);
+                }
+                row[j0..j0 + w]
+                    .iter_mut()
+                    .zip(&acc)
+                    .for_each(|(x, a)| *x = a * self.scale);
+            }
+        }
+        if let Some(b) = self.bias {
+            p.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+        }
+        for row in p.chunks_exact_mut(s) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            row.iter_mut().for_each(|x| *x = exp(*x - max));
+            let inv = 1.0 / row.iter().sum::<f32>();
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+        let mut out = vec![0.0f32; t * hd]; // [T, hd]
+        // Blocks of B output columns, kept in registers over a block of VB value rows.
+        for j0 in (0..s).step_by(VB) {
+            let rows = &self.values[j0 * hd..(j0 + VB).min(s) * hd];
+            for (i, o) in out.chunks_exact_mut(hd).enumerate() {
+                let pi = &p[i * s + j0..];
+                for c0 in (0..hd).step_by(B) {
+                    let w = B.min(hd - c0);
+                    let mut acc = [0.0f32; B];
+                    for (vr, &pj) in rows.chunks_exact(hd).zip(pi) {
+                        axpy::<FMA>(&mut acc, pj, &vr[c0..c0 + w]);
+                    }
+                    o[c0..c0 + w]
+                        .iter_mut()
+                        .zip(&acc)
+                        .for_each(|(x, a)| *x += a);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// acc[..x.len()] += a x, x no longer than a block.
+#[inline(always)]
+fn axpy<const FMA: bool>(acc: &mut [f32; B], a: f32, x: &[f32]) {
+    let f = |s: f32, x: f32| if FMA { a.mul_add(x, s) } else { s + a * x };
+    match <&[f32; B]>::try_from(x) {
+        Ok(x) => {
+            for l in 0..B {
+                acc[l] = f(acc[l], x[l]);
+            }
+        }
+        Err(_) => acc.iter_mut().zip(x).for_each(|(s, x)| *s = f(*s, *x)),
+    }
+}
+
+/// e^x for x <= 0 (softmax after subtracting the row's maximum), branch-free so that loops
+/// over it vectorise: x = n ln 2 + r, |r| <= ln 2 / 2, e^r by its degree-6 Taylor polynomial
+/// (relative error under 3e-7), 2^n from the exponent bits. Below -87, 0 (as e^-inf is).
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let xc = x.max(-87.0);
+    // Round to nearest by the 1.5 * 2^23 trick (no SSE4.1 round needed).
+    let n = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r / 720.0)))));
+    let two_n = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if x < -87.0 { 0.0 } else { p * two_n }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(n: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    /// The textbook formula, one (head, token) at a time, in f64.
+    fn reference(q: &[f32], k: &[f32], v: &[f32], a: HostAttn, bias: Option<&[f32]>) -> Vec<f32> {
+        let (nh, hd, t, s) = (a.n_heads, a.head_dim, a.t, a.s);
+        let group = nh / a.n_kv_heads;
+        let mut out = vec![0.0f32; t * nh * hd];
+        for h in 0..nh {
+            let g = h / group;
+            for i in 0..t {
+                let qi = &q[(h * t + i) * hd..(h * t + i + 1) * hd];
+                let scores: Vec<f64> = (0..s)
+                    .map(|j| {
+                        let d: f64 = (0..hd)
+                            .map(|c| f64::from(qi[c] * k[(g * hd + c) * a.capacity + j]))
+                            .sum();
+                        d / (hd as f64).sqrt() + bias.map_or(0.0, |b| f64::from(b[i * s + j]))
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for c in 0..hd {
+                    let o: f64 = (0..s)
+                        .map(|j| e[j] / sum * f64::from(v[(g * a.capacity + j) * hd + c]))
+                        .sum();
+                    out[(i * nh + h) * hd + c] = o as f32;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn exp_is_within_a_few_ulps() {
+        for i in 0..=20_000 {
+            let x = -(i as f32) * 0.005; // 0 .. -100
+            let (got, want) = (exp(x), f64::from(x).exp());
+            if x < -87.0 {
+                assert_eq!(got, 0.0);
+            } else {
+                let rel = ((f64::from(got) - want) / want).abs();
+                assert!(rel < 1e-6, "exp({x}) = {got}, want {want}");
+            }
+        }
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(0.0), 1.0);
+    }
+
+    #[test]
+    fn matches_the_formula_with_and_without_a_mask() {
+        let a = HostAttn {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 12,
+            t: 3,
+            s: 9,
+            capacity: 11,
+        };
+        let q = lcg(a.n_heads * a.t * a.head_dim, 1);
+        let k = lcg(a.n_kv_heads * a.capacity * a.head_dim, 2);
+        let v = lcg(k.len(), 3);
+        // New token i (row s - t + i) sees the prefix and new tokens 0 and i only.
+        let bias: Vec<f32> = (0..a.t * a.s)
+            .map(|x| {
+                let (i, j) = (x / a.s, x % a.s);
+                let new = j.checked_sub(a.s - a.t);
+                if new.is_none_or(|n| n == 0 || n == i) {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
+        for b in [None, Some(&bias[..])] {
+            let got = attention(&q, &k, &v, a, b);
+            let want = reference(&q, &k, &v, a, b);
+            let diff = got
+                .iter()
+                .zip(&want)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            assert!(diff < 1e-5, "max difference {diff}");
+        }
+    }
+}
