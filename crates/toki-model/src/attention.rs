@@ -210,18 +210,7 @@ fn exp(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lcg(n: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed;
-        (0..n)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
-    }
+    use crate::testing::lcg;
 
     /// The textbook formula, one (head, token) at a time, in f64.
     fn reference(q: &[f32], k: &[f32], v: &[f32], a: HostAttn, bias: Option<&[f32]>) -> Vec<f32> {

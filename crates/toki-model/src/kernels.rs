@@ -242,6 +242,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::lcg;
 
     fn reference(w: &[f32], out: usize, inn: usize, x: &[f32], m: usize) -> Vec<f32> {
         let mut y = vec![0.0; m * out];
@@ -251,18 +252,6 @@ mod tests {
             }
         }
         y
-    }
-
-    fn lcg(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
     }
 
     #[test]

@@ -10,6 +10,20 @@ use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
 use crate::weights::{RandomWeights, WeightSource};
 
+/// `n` pseudo-random values in [-0.5, 0.5) from `seed` (a linear congruential generator:
+/// the same on every machine), for kernel tests.
+pub fn lcg(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
 /// A tiny Llama config: `vocab` tokens, hidden 32, 2 layers, 4 query heads over `kv_heads`.
 pub fn tiny_config(vocab: usize, kv_heads: usize, tied: bool) -> LlamaConfig {
     LlamaConfig::from_json(
