@@ -9,7 +9,7 @@ use toki_model::AttnMask;
 
 use crate::acceptance::AcceptRule;
 use crate::adapt::{Policy, StepKind, TreePolicy};
-use crate::dynamic::{Choice, Feedback};
+use crate::dynamic::{Choice, Costs, Feedback};
 use crate::engine::{Emitted, Engine, Speculation, TreeShape};
 use crate::error::{DecodeError, Result};
 use crate::proposer::{StepInput, node_tokens, propose};
@@ -174,7 +174,7 @@ fn draft<'e>(
     input: StepInput<'_>,
     root: u32,
     feedback: &Feedback,
-) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>, Option<Choice>)> {
+) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>, Option<(Choice, Costs)>)> {
     let heads = s.heads.as_ref();
     match &s.shape {
         TreeShape::Static { tree, buffers } => {
@@ -189,13 +189,13 @@ fn draft<'e>(
                 return Ok((
                     vec![root],
                     Cow::Borrowed(&engine.root_buffers),
-                    Some(choice),
+                    Some((choice, costs)),
                 ));
             }
             let tree = Tree::from_paths(&choice.paths, heads.num_heads(), d.max_rank)?;
             let tokens = node_tokens(root, &ranked, &tree)?;
             let buffers = Cow::Owned(tree.buffers(&engine.device()));
-            Ok((tokens, buffers, Some(choice)))
+            Ok((tokens, buffers, Some((choice, costs))))
         }
     }
 }
@@ -314,10 +314,10 @@ pub(crate) fn run(
         stats.steps += 1;
         stats.verified_nodes += tokens.len();
         let kind = match step_spec {
-            Some(s) => {
+            Some(_) => {
                 stats.speculative_steps += 1;
-                if let (TreeShape::Dynamic(d), Some(c)) = (&s.shape, &choice) {
-                    feedback.observe(&d.costs_at(prefix), tokens.len(), c, emitted.len());
+                if let Some((c, costs)) = &choice {
+                    feedback.observe(costs, tokens.len(), c, emitted.len());
                 }
                 StepKind::Speculative
             }

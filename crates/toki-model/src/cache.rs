@@ -219,9 +219,10 @@ impl KvCache {
     }
 }
 
-/// A tensor's values on the host, in its logical (row-major) order.
+/// A tensor's values on the host, in its logical (row-major) order (the host paths run
+/// only on f32 models).
 pub(crate) fn host_vec<const D: usize>(x: Tensor<D>) -> Vec<f32> {
     x.into_data()
         .try_into_vec::<f32>()
-        .expect("the host cache holds f32 values only")
+        .expect("the host kernels run only on f32 models")
 }

@@ -88,11 +88,7 @@ pub(crate) fn host_path(rows: usize, x: &Tensor<2>) -> bool {
 pub(crate) fn host_matmul(w: &HostWeight, x: Tensor<2>) -> Tensor<2> {
     let [t, _] = x.dims();
     let device = x.device();
-    let x: Vec<f32> = x
-        .into_data()
-        .try_into_vec::<f32>()
-        .expect("the host kernel runs only on f32 models");
-    let y = w.matmul(&x, t);
+    let y = w.matmul(&host_vec(x), t);
     Tensor::from_data(TensorData::new(y, [t, w.out_features()]), &device)
 }
 
