@@ -5,8 +5,9 @@
 //! The flex backend's matrix-matrix path does not do that at these shapes: verifying 2-8
 //! tree nodes cost 1.5-1.7x one token (README, verification cost curve). [`HostWeight`]
 //! keeps a host copy of a projection's `[out, in]` weight and computes `x Wᵀ` reading each
-//! weight row once for up to eight activation rows at a time (AVX2+FMA where the CPU has it,
-//! portable code otherwise), split over rayon's threads by blocks of output rows.
+//! block of four weight rows from memory once for all activation rows, prefetched ahead so
+//! that the arithmetic overlaps the memory traffic (AVX2+FMA where the CPU has it, portable
+//! code otherwise), split over rayon's threads by blocks of output rows.
 //!
 //! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul.
 
@@ -131,15 +132,26 @@ fn portable_rows_times_x(
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`, by two micro-kernels:
-    /// - 1 row: four weight rows at a time, two accumulators each (memory-bound: the
-    ///   weights stream once and nothing is computed twice);
-    /// - 2 or more: one weight row (in L1) times eight activation rows per pass (9 loads
-    ///   feed 8 FMAs), so up to 8 rows read each weight from memory once. Measured here
-    ///   (`examples/kern.rs`) it beat two weight rows times four activation rows even at
-    ///   2-4 rows, where half its arithmetic is padding.
+    /// Floats ahead of the current read at which the weights are prefetched (8 KiB): the
+    /// next block's rows are on their way while this block is computed.
+    const PREFETCH: usize = 2048;
+
+    /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`, four weight rows at a time. The four
+    /// rows are read from memory once; every activation row then meets them in L1, by
+    /// micro-kernels that compute no padding:
+    /// - 1 row: four weight rows, two accumulators each;
+    /// - groups of 2 or 3 rows: four weight rows times the group (8 or 12 accumulators);
+    /// - groups of 4 rows: two weight rows times four, twice (8 accumulators each).
     ///
-    /// Missing rows of a short group repeat the group's last row (results discarded).
+    /// The first group prefetches the weights [`PREFETCH`] floats ahead. Without it the
+    /// loads stall the arithmetic instead of overlapping it, and every extra row added its
+    /// arithmetic to the memory time. Measured (`examples/kern.rs`, one model pass of
+    /// projections + lm_head, median of 10 interleaved rounds, relative to 1 row):
+    /// 2 / 4 / 8 rows cost 1.01-1.04 / 1.03-1.05 / 1.3-1.4x with it, 1.16 / 1.35 / 1.65x
+    /// without; the previous kernel (one weight row times eight activation rows, padded)
+    /// cost 1.28 / 1.37 / 1.55x in a separate run.
+    ///
+    /// A block of fewer than four weight rows repeats its last row (results discarded).
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_times_x(
         w: &[f32],
@@ -153,43 +165,115 @@ mod avx2 {
         let row = |r: usize| &w[r * inn..(r + 1) * inn];
         let xrow = |i: usize| &x[i * inn..(i + 1) * inn];
         let mut o = rows.start;
-        match m {
-            1 => {
-                let x0 = xrow(0);
-                while o < rows.end {
-                    let n = (rows.end - o).min(4);
-                    let wr: [&[f32]; 4] = std::array::from_fn(|j| row(o + j.min(n - 1)));
-                    let s = dot4x1(wr, x0, inn);
-                    yt[o - start..o - start + n].copy_from_slice(&s[..n]);
-                    o += n;
+        while o < rows.end {
+            let n = (rows.end - o).min(4);
+            let wr: [&[f32]; 4] = std::array::from_fn(|j| row(o + j.min(n - 1)));
+            let base = (o - start) * m;
+            if m == 1 {
+                let s = dot4x1(wr, xrow(0), inn, PREFETCH);
+                yt[base..base + n].copy_from_slice(&s[..n]);
+                o += n;
+                continue;
+            }
+            // Later groups find the block's weights in L1.
+            let ahead = |i: usize| if i == 0 { PREFETCH } else { 0 };
+            let mut i = 0;
+            while i < m {
+                // Groups of 4, with 5 left as 3 + 2 (no lone row).
+                let g = match m - i {
+                    5 => 3,
+                    r => r.min(4),
+                };
+                let mut put = |j: usize, s: &[f32]| {
+                    if j < n {
+                        yt[base + j * m + i..base + j * m + i + s.len()].copy_from_slice(s);
+                    }
+                };
+                match g {
+                    1 => {
+                        let s = dot4x1(wr, xrow(i), inn, ahead(i));
+                        (0..4).for_each(|j| put(j, &s[j..j + 1]));
+                    }
+                    2 => {
+                        let s = dot::<4, 2>(wr, [xrow(i), xrow(i + 1)], inn, ahead(i));
+                        (0..4).for_each(|j| put(j, &s[j]));
+                    }
+                    3 => {
+                        let s = dot::<4, 3>(wr, [xrow(i), xrow(i + 1), xrow(i + 2)], inn, ahead(i));
+                        (0..4).for_each(|j| put(j, &s[j]));
+                    }
+                    _ => {
+                        let xr = [xrow(i), xrow(i + 1), xrow(i + 2), xrow(i + 3)];
+                        for half in 0..2 {
+                            let s =
+                                dot::<2, 4>([wr[2 * half], wr[2 * half + 1]], xr, inn, ahead(i));
+                            (0..2).for_each(|j| put(2 * half + j, &s[j]));
+                        }
+                    }
+                }
+                i += g;
+            }
+            o += n;
+        }
+    }
+
+    /// `R` weight rows times `M` activation rows: `R·M` accumulators, `R + M` loads per
+    /// `R·M` FMAs.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot<const R: usize, const M: usize>(
+        w: [&[f32]; R],
+        x: [&[f32]; M],
+        inn: usize,
+        pf: usize,
+    ) -> [[f32; M]; R] {
+        let n8 = inn / 8 * 8;
+        let mut a = [[_mm256_setzero_ps(); M]; R];
+        let mut xv = [_mm256_setzero_ps(); M];
+        let mut k = 0;
+        while k < n8 {
+            // SAFETY: k + 8 <= n8 <= inn = every row's length.
+            unsafe {
+                if pf > 0 && k % 16 == 0 {
+                    for r in 0..R {
+                        prefetch(w[r].as_ptr().wrapping_add(k + pf));
+                    }
+                }
+                for j in 0..M {
+                    xv[j] = _mm256_loadu_ps(x[j].as_ptr().add(k));
+                }
+                for r in 0..R {
+                    let v = _mm256_loadu_ps(w[r].as_ptr().add(k));
+                    for j in 0..M {
+                        a[r][j] = _mm256_fmadd_ps(v, xv[j], a[r][j]);
+                    }
                 }
             }
-            _ => {
-                while o < rows.end {
-                    let base = (o - start) * m;
-                    let mut i = 0;
-                    while i < m {
-                        let g = (m - i).min(8);
-                        let xr: [&[f32]; 8] = std::array::from_fn(|r| xrow(i + r.min(g - 1)));
-                        let s = dot1x8(row(o), xr, inn);
-                        yt[base + i..base + i + g].copy_from_slice(&s[..g]);
-                        i += g;
-                    }
-                    o += 1;
-                }
+            k += 8;
+        }
+        let mut out = [[0.0; M]; R];
+        for r in 0..R {
+            for j in 0..M {
+                let tail: f32 = (n8..inn).map(|kk| w[r][kk] * x[j][kk]).sum();
+                out[r][j] = hsum(a[r][j]) + tail;
             }
         }
+        out
     }
 
     /// Four weight rows times one activation row.
     #[target_feature(enable = "avx2,fma")]
-    fn dot4x1(w: [&[f32]; 4], x: &[f32], inn: usize) -> [f32; 4] {
+    fn dot4x1(w: [&[f32]; 4], x: &[f32], inn: usize, pf: usize) -> [f32; 4] {
         let n16 = inn / 16 * 16;
         let mut a = [_mm256_setzero_ps(); 8];
         let mut k = 0;
         while k < n16 {
             // SAFETY: k + 16 <= n16 <= inn = every row's length.
             unsafe {
+                if pf > 0 {
+                    for j in 0..4 {
+                        prefetch(w[j].as_ptr().wrapping_add(k + pf));
+                    }
+                }
                 let x0 = _mm256_loadu_ps(x.as_ptr().add(k));
                 let x1 = _mm256_loadu_ps(x.as_ptr().add(k + 8));
                 for j in 0..4 {
@@ -208,27 +292,11 @@ mod avx2 {
         out
     }
 
-    /// One weight row times eight activation rows.
+    /// Ask for the cache line at `p` ahead of its use (no fault if `p` is past the end).
     #[target_feature(enable = "avx2,fma")]
-    fn dot1x8(w: &[f32], x: [&[f32]; 8], inn: usize) -> [f32; 8] {
-        let n8 = inn / 8 * 8;
-        let mut a = [_mm256_setzero_ps(); 8];
-        let mut k = 0;
-        while k < n8 {
-            // SAFETY: k + 8 <= n8 <= inn = every row's length.
-            unsafe {
-                let v = _mm256_loadu_ps(w.as_ptr().add(k));
-                for r in 0..8 {
-                    a[r] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x[r].as_ptr().add(k)), a[r]);
-                }
-            }
-            k += 8;
-        }
-        let mut out = [0.0; 8];
-        for r in 0..8 {
-            out[r] = hsum(a[r]) + (n8..inn).map(|kk| w[kk] * x[r][kk]).sum::<f32>();
-        }
-        out
+    fn prefetch(p: *const f32) {
+        // A prefetch is a hint: it never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
     }
 
     #[target_feature(enable = "avx2,fma")]
