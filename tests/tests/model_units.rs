@@ -456,6 +456,29 @@ fn draft_vocabulary_logits_are_the_full_logits_at_its_ids() {
 }
 
 #[test]
+fn heads_on_the_host_kernel_match_burns() {
+    // `with_host_kernels` copies F_k and the residual blocks (bias included) to the host
+    // kernel on the cpu backend; a step's few rows take it, 20 rows keep Burn's matmul.
+    // On a backend without host kernels (wgpu) it changes nothing.
+    let m = model(13, 2);
+    let cfg = HeadsConfig {
+        input: HeadInput::HiddenAndNext,
+        ..HeadsConfig::for_model(HeadKind::Shared, 3, 2, m.config())
+    };
+    let burn_only = MedusaHeads::random(cfg, 14, 0.3, &dev()).unwrap();
+    let host = burn_only.clone().with_host_kernels(&m);
+    for rows in [1, 3, 20] {
+        let hidden = Tensor::<2>::random([rows, 32], burn::tensor::Distribution::Default, &dev());
+        let a = burn_only.forward(hidden.clone(), next(rows), &m);
+        let b = host.forward(hidden, next(rows), &m);
+        for (x, y) in a.into_iter().zip(b) {
+            let d = max_diff(&vec2(x), &vec2(y));
+            assert!(d < 1e-4, "rows {rows}: host and Burn heads differ by {d}");
+        }
+    }
+}
+
+#[test]
 fn draft_vocabulary_files_are_checked() {
     let path = std::path::Path::new("draft-vocab.json");
     let counts = TokenCounts::count("test", [5u32, 7, 5, 9, 5, 7]);

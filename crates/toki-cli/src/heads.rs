@@ -25,8 +25,9 @@ pub struct DraftArg {
 /// Heads from `dir` for `engine`'s model, with their draft vocabulary where there is one.
 pub fn load(dir: &Path, engine: &Engine, draft: DraftArg) -> Result<HeadProposer> {
     let base = engine.model();
-    let heads =
-        MedusaHeads::load(dir, base).with_context(|| format!("loading heads {}", dir.display()))?;
+    let heads = MedusaHeads::load(dir, base)
+        .with_context(|| format!("loading heads {}", dir.display()))?
+        .with_host_kernels(base);
     let file = dir.join(DRAFT_FILE);
     // Heads trained on a draft vocabulary use that size unless told otherwise.
     let trained = heads.config().draft_vocab;

@@ -152,6 +152,7 @@ impl Engine {
 
     /// Decode speculatively with `heads` filling `tree` (checked against the heads).
     pub fn with_heads(self, heads: MedusaHeads, tree: Tree) -> Result<Self> {
+        let heads = heads.with_host_kernels(&self.model);
         self.with_proposer(Box::new(HeadProposer::new(heads)), tree)
     }
 

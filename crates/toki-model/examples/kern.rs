@@ -47,6 +47,9 @@ fn main() {
     let one = median(&times[0]);
     for (t, m) in times.iter().zip(rows) {
         let ms = median(t);
-        println!("m{m:2}: {ms:6.1} ms per model pass, {:.2}x one row", ms / one);
+        println!(
+            "m{m:2}: {ms:6.1} ms per model pass, {:.2}x one row",
+            ms / one
+        );
     }
 }

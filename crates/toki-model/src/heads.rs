@@ -29,8 +29,10 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use safetensors::{Dtype, tensor::TensorView};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::host_vec;
 use crate::error::{ModelError, Result};
-use crate::llama::{LlamaModel, transpose};
+use crate::kernels::HostWeight;
+use crate::llama::{LlamaModel, host_matmul, host_path, transpose};
 use crate::weights::{SafetensorsWeights, WeightSource};
 
 /// Where a head's vocabulary projection comes from.
@@ -114,6 +116,33 @@ pub struct MedusaHeads {
     heads: Vec<Head>,
     #[module(skip)]
     config: HeadsConfig,
+    /// Host copies of each head's square projections for the CPU fast path
+    /// ([`MedusaHeads::with_host_kernels`]); `None`: Burn's matmul only.
+    #[module(skip)]
+    host: Option<Vec<HostHead>>,
+}
+
+/// One head's F_k and residual-block weights on the host, `[out, in]`.
+#[derive(Debug, Clone)]
+struct HostHead {
+    next: Option<HostWeight>,
+    blocks: Vec<HostWeight>,
+}
+
+/// `linear`(x) [R, in] -> [R, out], on the host kernel where there is a host copy and the
+/// rows are few (and record no gradients).
+fn project(linear: &Linear, host: Option<&HostWeight>, x: Tensor<2>) -> Tensor<2> {
+    let [rows, _] = x.dims();
+    match host {
+        Some(w) if host_path(rows, &x) => {
+            let y = host_matmul(w, x);
+            match &linear.bias {
+                Some(b) => y + b.val().unsqueeze(),
+                None => y,
+            }
+        }
+        _ => linear.forward(x),
+    }
 }
 
 fn heads_err(path: &Path, msg: impl ToString) -> ModelError {
@@ -273,7 +302,11 @@ impl MedusaHeads {
             });
         }
         src.finish(&|_| false)?;
-        Ok(Self { heads, config })
+        Ok(Self {
+            heads,
+            config,
+            host: None,
+        })
     }
 
     /// Load heads from a folder: native (`heads.json`) or reference Medusa
@@ -436,16 +469,51 @@ impl MedusaHeads {
             .then(|| base.embed(next).cast(hidden.dtype())); // [R, D]
         self.heads
             .iter()
-            .map(|head| {
+            .enumerate()
+            .map(|(h, head)| {
+                let host = self.host.as_ref().map(|hosts| &hosts[h]);
                 let x = match (&head.next, &embedded) {
-                    (Some(f), Some(e)) => hidden.clone() + f.forward(e.clone()),
+                    (Some(f), Some(e)) => {
+                        hidden.clone() + project(f, host.and_then(|c| c.next.as_ref()), e.clone())
+                    }
                     _ => hidden.clone(),
                 };
-                head.blocks
-                    .iter()
-                    .fold(x, |x, blk| x.clone() + silu(blk.linear.forward(x)))
+                head.blocks.iter().enumerate().fold(x, |x, (b, blk)| {
+                    let w = host.map(|c| &c.blocks[b]);
+                    x.clone() + silu(project(&blk.linear, w, x))
+                })
             })
             .collect()
+    }
+
+    /// The same heads with host copies of their square projections (F_k and the residual
+    /// blocks), so that decoding steps run them on the host kernel like the base's
+    /// projections ([`crate::kernels`]); unchanged where `base` has no host kernels. The
+    /// copies are taken now: for inference, after any training.
+    pub fn with_host_kernels(mut self, base: &LlamaModel) -> Self {
+        if !base.uses_host_kernels() {
+            self.host = None;
+            return self;
+        }
+        let copy = |l: &Linear| {
+            let [d_in, d_out] = l.weight.val().dims();
+            // Burn keeps [in, out]; the kernel reads [out, in].
+            HostWeight::new(
+                transpose(&host_vec(l.weight.val()), d_in, d_out),
+                d_out,
+                d_in,
+            )
+        };
+        let host = self
+            .heads
+            .iter()
+            .map(|h| HostHead {
+                next: h.next.as_ref().map(copy),
+                blocks: h.blocks.iter().map(|b| copy(&b.linear)).collect(),
+            })
+            .collect();
+        self.host = Some(host);
+        self
     }
 
     /// Head `h`'s own vocabulary projection ([D, vocab] weight); `None` for the shared kind.
