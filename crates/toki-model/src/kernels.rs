@@ -233,9 +233,10 @@ mod avx2 {
         while k < n8 {
             // SAFETY: k + 8 <= n8 <= inn = every row's length.
             unsafe {
-                if pf > 0 && k % 16 == 0 {
-                    for r in 0..R {
-                        prefetch(w[r].as_ptr().wrapping_add(k + pf));
+                // One prefetch per 64-byte line.
+                if pf > 0 && k.is_multiple_of(16) {
+                    for row in &w {
+                        prefetch(row.as_ptr().wrapping_add(k + pf));
                     }
                 }
                 for j in 0..M {
