@@ -270,9 +270,10 @@ mod avx2 {
         while k < n16 {
             // SAFETY: k + 16 <= n16 <= inn = every row's length.
             unsafe {
+                // One 64-byte line per row per iteration.
                 if pf > 0 {
-                    for j in 0..4 {
-                        prefetch(w[j].as_ptr().wrapping_add(k + pf));
+                    for row in &w {
+                        prefetch(row.as_ptr().wrapping_add(k + pf));
                     }
                 }
                 let x0 = _mm256_loadu_ps(x.as_ptr().add(k));
