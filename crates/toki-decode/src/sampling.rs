@@ -84,24 +84,30 @@ pub fn argmax(logits: &[f32]) -> usize {
 }
 
 /// The distribution plain sampling draws from: softmax(logits / T), restricted to the top-k
-/// tokens and then to the top-p nucleus, renormalised. Sparse: (token, probability) pairs in
-/// descending probability.
+/// tokens and then to the top-p nucleus, renormalised. Sparse: (token, probability) pairs;
+/// in descending probability when top-k or top-p cut the tail (ties: lower id first), in
+/// token order when nothing is cut (sorting 49k entries every step cost more than the
+/// rest of a sampled step's host work, and the distribution does not depend on it).
 pub fn filtered_probs(logits: &[f32], p: &SampleParams) -> Vec<(usize, f64)> {
     let mut idx: Vec<usize> = (0..logits.len())
         .filter(|&i| logits[i].is_finite())
         .collect();
-    idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-    if p.top_k > 0 {
+    let desc = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+    if p.top_k > 0 && p.top_k < idx.len() {
+        // The k best first (O(V)), then only they are sorted.
+        idx.select_nth_unstable_by(p.top_k - 1, desc);
         idx.truncate(p.top_k);
+        idx.sort_unstable_by(desc);
+    } else if p.top_p < 1.0 {
+        idx.sort_unstable_by(desc);
     }
-    let Some(&first) = idx.first() else {
+    let Some(max) = idx.iter().map(|&i| logits[i]).max_by(f32::total_cmp) else {
         return vec![];
     };
-    let max = logits[first] as f64;
-    let t = p.temperature as f64;
+    let (max, t) = (f64::from(max), f64::from(p.temperature));
     let mut probs: Vec<(usize, f64)> = idx
         .iter()
-        .map(|&i| (i, ((logits[i] as f64 - max) / t).exp()))
+        .map(|&i| (i, ((f64::from(logits[i]) - max) / t).exp()))
         .collect();
     let z: f64 = probs.iter().map(|x| x.1).sum();
     probs.iter_mut().for_each(|x| x.1 /= z);
@@ -163,6 +169,26 @@ mod tests {
         let p = filtered_probs(&l, &params(1.0, 0, 0.8));
         assert_eq!(p.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
         assert!((p.iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn unfiltered_is_the_whole_softmax_and_top_k_sorts_only_its_k() {
+        let l = [0.5f32, 2.0, f32::NEG_INFINITY, -1.0, 2.0];
+        let all = filtered_probs(&l, &params(0.5, 0, 1.0));
+        let z: f64 = [0.5f64, 2.0, -1.0, 2.0]
+            .iter()
+            .map(|x| (x / 0.5).exp())
+            .sum();
+        assert_eq!(
+            all.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![0, 1, 3, 4]
+        );
+        for &(i, q) in &all {
+            assert!((q - (f64::from(l[i]) / 0.5).exp() / z).abs() < 1e-12);
+        }
+        // Ties keep the lower id first.
+        let top = filtered_probs(&l, &params(1.0, 3, 1.0));
+        assert_eq!(top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 4, 0]);
     }
 
     #[test]
