@@ -146,23 +146,20 @@ impl DynamicTree {
     /// The costs at a cache of `context` tokens: linear between the measured lengths, the
     /// nearest curve outside them.
     pub fn costs_at(&self, context: usize) -> Costs {
-        let base = ContextCost {
-            context: self.context,
-            cost: self.cost.clone(),
-        };
-        let curves: Vec<&ContextCost> = std::iter::once(&base).chain(&self.longer).collect();
-        let i = curves.partition_point(|c| c.context <= context);
-        let absolute: Vec<f64> = match (i.checked_sub(1).map(|j| curves[j]), curves.get(i).copied())
-        {
-            (Some(lo), Some(hi)) => {
-                let w = (context - lo.context) as f64 / (hi.context - lo.context) as f64;
-                lo.cost
-                    .iter()
-                    .zip(&hi.cost)
+        // (length, curve), ascending: the base curve, then the longer ones.
+        let curves: Vec<(usize, &[f64])> = std::iter::once((self.context, &self.cost[..]))
+            .chain(self.longer.iter().map(|c| (c.context, &c.cost[..])))
+            .collect();
+        let i = curves.partition_point(|c| c.0 <= context);
+        let absolute: Vec<f64> = match (i.checked_sub(1).map(|j| curves[j]), curves.get(i)) {
+            (Some((lo, a)), Some(&(hi, b))) => {
+                let w = (context - lo) as f64 / (hi - lo) as f64;
+                a.iter()
+                    .zip(b)
                     .map(|(a, b)| a * (1.0 - w) + b * w)
                     .collect()
             }
-            (Some(c), None) | (None, Some(c)) => c.cost.clone(),
+            (Some((_, c)), None) | (None, Some(&(_, c))) => c.to_vec(),
             (None, None) => self.cost.clone(),
         };
         let one = absolute[0];
