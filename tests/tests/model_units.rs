@@ -418,6 +418,102 @@ fn next_token_heads_read_the_next_token_and_round_trip() {
     }
 }
 
+/// Row-wise argmax of [R, C] logits (first of ties).
+fn argmax_rows(logits: &[f32], cols: usize) -> Vec<usize> {
+    logits
+        .chunks(cols)
+        .map(|row| (0..cols).fold(0, |best, c| if row[c] > row[best] { c } else { best }))
+        .collect()
+}
+
+#[test]
+fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
+    let m = model(15, 2);
+    let root = [3u32, 9, 27];
+    let hidden = Tensor::<2>::random([3, 32], burn::tensor::Distribution::Default, &dev());
+    let draft_ids: Vec<u32> = (0..64).rev().step_by(3).collect(); // 22 ids, not in order
+    for kind in [HeadKind::Shared, HeadKind::Own] {
+        let cfg = HeadsConfig {
+            input: HeadInput::HiddenAndPath,
+            ..HeadsConfig::for_model(kind, 3, 1, m.config())
+        };
+        let names: Vec<String> = MedusaHeads::tensor_names(&cfg)
+            .into_iter()
+            .map(|n| n.0)
+            .collect();
+        assert!(
+            names.contains(&"heads.2.path.2.weight".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            !names.contains(&"heads.1.path.2.weight".to_string()),
+            "{names:?}"
+        );
+        let heads = MedusaHeads::random(cfg, 16, 0.3, &dev()).unwrap();
+        // Decoding: head k reads the argmax of heads 0..k-1; the same as giving those tokens.
+        let chain = heads.forward(hidden.clone(), ids(&root), &m);
+        let t2: Vec<u32> = argmax_rows(&vec2(chain[0].clone()), 64)
+            .iter()
+            .map(|&c| c as u32)
+            .collect();
+        let t3: Vec<u32> = argmax_rows(&vec2(chain[1].clone()), 64)
+            .iter()
+            .map(|&c| c as u32)
+            .collect();
+        let given = heads.forward_given(hidden.clone(), vec![ids(&root), ids(&t2), ids(&t3)], &m);
+        for (h, (x, y)) in chain.iter().zip(&given).enumerate() {
+            let d = max_diff(&vec2(x.clone()), &vec2(y.clone()));
+            assert!(
+                d < 1e-5,
+                "{kind:?} head {h}: chain and given path differ by {d}"
+            );
+        }
+        // Another token t+3 changes head 2 (which reads it) and no other head.
+        let other: Vec<u32> = t3.iter().map(|&t| (t + 1) % 64).collect();
+        let moved =
+            heads.forward_given(hidden.clone(), vec![ids(&root), ids(&t2), ids(&other)], &m);
+        for h in 0..3 {
+            let d = max_diff(&vec2(given[h].clone()), &vec2(moved[h].clone()));
+            assert_eq!(d > 1e-3, h == 2, "{kind:?} head {h} moved by {d}");
+        }
+        // Over a draft vocabulary the chain runs on draft columns, mapped to their tokens.
+        let draft = DraftVocab::new(draft_ids.clone(), &heads, &m).unwrap();
+        let n = draft_ids.len();
+        let cut = draft.logits(&heads, hidden.clone(), ids(&root), &m);
+        let d2: Vec<u32> = argmax_rows(&vec2(cut[0].clone()), n)
+            .iter()
+            .map(|&c| draft_ids[c])
+            .collect();
+        let d3: Vec<u32> = argmax_rows(&vec2(cut[1].clone()), n)
+            .iter()
+            .map(|&c| draft_ids[c])
+            .collect();
+        let full = heads.forward_given(hidden.clone(), vec![ids(&root), ids(&d2), ids(&d3)], &m);
+        for (h, (c, f)) in cut.into_iter().zip(full).enumerate() {
+            let (c, f) = (vec2(c), vec2(f));
+            for r in 0..3 {
+                for (j, &id) in draft_ids.iter().enumerate() {
+                    let (x, y) = (c[r * n + j], f[r * 64 + id as usize]);
+                    assert!((x - y).abs() < 1e-4, "{kind:?} head {h}: {x} vs {y}");
+                }
+            }
+        }
+        // Saved and loaded: same logits, and heads.json says what the heads read.
+        let dir = std::env::temp_dir().join(format!("toki-path-{}-{kind:?}", std::process::id()));
+        heads.save(&dir).unwrap();
+        let json = std::fs::read_to_string(dir.join("heads.json")).unwrap();
+        assert!(json.contains("hidden_and_path"), "{json}");
+        let loaded = MedusaHeads::load(&dir, &m).unwrap().with_host_kernels(&m);
+        for (x, y) in chain
+            .into_iter()
+            .zip(loaded.forward(hidden.clone(), ids(&root), &m))
+        {
+            assert!(max_diff(&vec2(x), &vec2(y)) < 1e-4, "{kind:?} round trip");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
 #[test]
 fn draft_vocabulary_logits_are_the_full_logits_at_its_ids() {
     let m = model(10, 2);

@@ -20,8 +20,9 @@ fn trees() -> Vec<Vec<Vec<usize>>> {
 }
 
 /// The proposers every tree is checked with: random heads, untrained heads (the base's own
-/// next-token guess), a noisy oracle, the same heads scoring a draft vocabulary, and heads
-/// that also read the root token.
+/// next-token guess), a noisy oracle, the same heads scoring a draft vocabulary, heads
+/// that also read the root token, and path heads (each reading the earlier heads' top-1
+/// proposals), scoring the whole vocabulary and a draft one.
 fn proposers(
     engine: &Engine,
     seed: u64,
@@ -60,13 +61,26 @@ fn proposers(
         &device,
     )
     .unwrap();
+    // Path heads: each reads the root and the earlier heads' top-1 proposals (chain).
+    let path_input = MedusaHeads::random(
+        HeadsConfig {
+            input: HeadInput::HiddenAndPath,
+            ..heads_config(5, HeadKind::Own)
+        },
+        seed + 200,
+        0.3,
+        &device,
+    )
+    .unwrap();
     vec![
+        Box::new(HeadProposer::new(path_input.clone())),
         Box::new(HeadProposer::new(random.clone())),
         Box::new(HeadProposer::new(untrained.clone())),
         Box::new(oracle),
         Box::new(draft(random)),
         Box::new(draft(untrained)),
         Box::new(draft(next_input)),
+        Box::new(draft(path_input)),
     ]
 }
 
@@ -123,7 +137,7 @@ fn speculative_equals_plain_on_tiny_models() {
             }
         }
     }
-    assert_eq!(checked, 4 * 8 * 6);
+    assert_eq!(checked, 4 * 8 * 8);
     assert!(
         accepted_somewhere,
         "no proposal was ever accepted: the test would not see a wrong acceptance"
@@ -172,7 +186,7 @@ fn dynamic_trees_equal_plain_on_tiny_models() {
             }
         }
     }
-    assert_eq!(checked, 2 * 3 * 6);
+    assert_eq!(checked, 2 * 3 * 8);
     assert!(sizes.len() > 10, "tree sizes barely varied: {sizes:?}");
 }
 

@@ -312,3 +312,57 @@ fn next_token_heads_learn_what_the_hidden_state_cannot_tell() {
         "with the next token: {with_next}, hidden only: {hidden_only}"
     );
 }
+
+#[test]
+fn path_heads_grow_from_next_token_heads_and_use_the_path() {
+    let dir = scratch("path");
+    let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let data = hidden(&model, &tok, &pairs_file(&dir));
+    let run = |input: HeadInput, init: Option<&Path>, steps: usize| {
+        let cfg = TrainConfig {
+            input,
+            ..config(steps)
+        };
+        let mut t = Trainer::new(&model, &data, cfg, 5).expect("trainer");
+        if let Some(d) = init {
+            t.init_from(d).expect("init");
+        }
+        let out = dir.join(format!("out-{input:?}-{steps}-{}", init.is_some()));
+        t.run(&out, &AtomicBool::new(false), |_| {})
+            .expect("training runs");
+        (t.evaluate().expect("eval"), out)
+    };
+    // Two heads: head 1 guesses t+3. Where t+2 is a pair's first, t+3 follows from it;
+    // only a head that reads t+2 can know it.
+    let (next, next_dir) = run(HeadInput::HiddenAndNext, None, 150);
+    // Grown from the next-token heads, before any update: the same heads.
+    let (start, _) = run(HeadInput::HiddenAndPath, Some(&next_dir), 0);
+    for h in 0..2 {
+        assert!(
+            (start.top1[h] - next.top1[h]).abs() < 1e-9,
+            "{start:?} vs {next:?}"
+        );
+        assert!(
+            (start.loss[h] - next.loss[h]).abs() < 1e-4,
+            "{start:?} vs {next:?}"
+        );
+    }
+    let (path, path_dir) = run(HeadInput::HiddenAndPath, Some(&next_dir), 150);
+    assert!(
+        path.top1[1] > next.top1[1] + 0.15,
+        "head 1 with the path: {:?}, with the next token only: {:?}",
+        path.top1,
+        next.top1
+    );
+    let heads = MedusaHeads::load(&path_dir, &model).expect("heads load");
+    assert_eq!(heads.config().input, HeadInput::HiddenAndPath);
+    // Another kind or shape of head set is refused, naming the file.
+    let other = TrainConfig {
+        num_heads: 3,
+        input: HeadInput::HiddenAndPath,
+        ..config(1)
+    };
+    let mut t = Trainer::new(&model, &data, other, 5).expect("trainer");
+    let e = t.init_from(&next_dir).err().expect("refused").to_string();
+    assert!(e.contains("heads.json") && e.contains("2 heads"), "{e}");
+}

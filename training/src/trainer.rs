@@ -5,6 +5,8 @@
 //! `head_decay`^k, each CE a mean over the rows whose target exists and is a target token.
 //! Heads that read the next token (`HeadInput::HiddenAndNext`) get the data's token t+1:
 //! in self-distilled data that is the base's own greedy choice, the tree root at decoding.
+//! Path heads (`HiddenAndPath`) get the data's tokens t+1..t+k+1 (teacher forcing): at
+//! decoding they read the earlier heads' proposals, which count only where they were right.
 //! Gradients flow into the heads' residual blocks (and their own lm_heads for the `own` kind); the base's lm_head
 //! is a constant in the graph. Rows are visited in a seeded permutation per epoch, so the
 //! rows of update n depend on n alone: a resumed run repeats an uninterrupted one exactly.
@@ -119,8 +121,9 @@ pub enum Event {
 /// One micro-batch as host data (see [`Trainer::batch`]).
 struct Batch {
     x: Vec<f32>,
-    /// Token t+1 of each row.
-    next: Vec<i64>,
+    /// Entry j: token t+1+j of each row [B] (0 past the data's end, where no target is
+    /// read), as many as the last head reads.
+    path: Vec<Vec<i64>>,
     targets: Vec<i64>,
     weights: Vec<f32>,
     counts: Vec<f32>,
@@ -261,6 +264,52 @@ impl<'a> Trainer<'a> {
         Ok(t)
     }
 
+    /// Start from the head set saved in `dir` (`heads.json` + `heads.safetensors`): every
+    /// tensor it holds under this run's names, shapes checked; tensors it lacks keep their
+    /// fresh values (zero), so heads that read the next token grow into path heads whose
+    /// new projections start at zero, i.e. as the saved heads. Refused for another kind,
+    /// head count, block count or hidden size. Returns how many tensors were taken.
+    pub fn init_from(&mut self, dir: &Path) -> Result<usize> {
+        let json = dir.join("heads.json");
+        let text = std::fs::read_to_string(&json).map_err(|e| TrainError::io(&json, e))?;
+        let saved: HeadsConfig = serde_json::from_str(&text).map_err(|e| ModelError::Heads {
+            path: json.clone(),
+            msg: e.to_string(),
+        })?;
+        let ours = &self.heads;
+        if (
+            saved.kind,
+            saved.num_heads,
+            saved.num_layers,
+            saved.hidden_size,
+        ) != (ours.kind, ours.num_heads, ours.num_layers, ours.hidden_size)
+        {
+            return Err(TrainError::Config(format!(
+                "{}: heads of kind {:?}, {} heads x {} blocks, hidden size {} cannot start a run of \
+                 kind {:?}, {} heads x {} blocks, hidden size {}",
+                json.display(),
+                saved.kind,
+                saved.num_heads,
+                saved.num_layers,
+                saved.hidden_size,
+                ours.kind,
+                ours.num_heads,
+                ours.num_layers,
+                ours.hidden_size
+            )));
+        }
+        let mut src =
+            toki_model::weights::SafetensorsWeights::open_file(&dir.join("heads.safetensors"))?;
+        let mut taken = 0;
+        for ((name, shape), p) in self.names.iter().zip(self.params.iter_mut()) {
+            if src.contains(name) {
+                *p = src.tensor(name, shape)?;
+                taken += 1;
+            }
+        }
+        Ok(taken)
+    }
+
     pub fn device(&self) -> Device {
         self.base.device()
     }
@@ -396,7 +445,8 @@ impl<'a> Trainer<'a> {
         let d = self.data.hidden_size;
         let k = self.config.num_heads;
         let mut x = Vec::with_capacity(rows.len() * d);
-        let mut next = Vec::with_capacity(rows.len());
+        let reads = self.heads.input.path_len(k - 1);
+        let mut path = vec![Vec::with_capacity(rows.len()); reads];
         let mut targets = vec![0i64; k * rows.len()];
         let mut weights = vec![0f32; k * rows.len()];
         let mut counts = vec![0f32; k];
@@ -404,7 +454,10 @@ impl<'a> Trainer<'a> {
         for (i, r) in rows.iter().enumerate() {
             let at = r.at as usize;
             x.extend_from_slice(&self.data.hidden[at * d..(at + 1) * d]);
-            next.push(self.data.tokens[at + 1] as i64); // rows end at least 2 before `end`
+            // A head's target at + h + 2 exists only if its path tokens do.
+            for (j, p) in path.iter_mut().enumerate() {
+                p.push(self.data.tokens.get(at + 1 + j).map_or(0, |&t| t as i64));
+            }
             for h in 0..k {
                 let j = at + h + 2;
                 if j < r.end as usize && self.data.target[j] {
@@ -422,7 +475,7 @@ impl<'a> Trainer<'a> {
         }
         Batch {
             x,
-            next,
+            path,
             targets,
             weights,
             counts,
@@ -436,7 +489,7 @@ impl<'a> Trainer<'a> {
         let (b, d, k) = (rows.len(), self.data.hidden_size, self.config.num_heads);
         let Batch {
             x,
-            next,
+            path,
             targets,
             weights,
             counts,
@@ -452,17 +505,20 @@ impl<'a> Trainer<'a> {
             })
             .collect();
         let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &ad); // [B, D]
-        // Embeddings of the next tokens, [B, D]: a constant (the base is frozen).
-        let next = (self.heads.input == HeadInput::HiddenAndNext).then(|| {
-            let ids = Tensor::<1, Int>::from_data(TensorData::new(next, [b]), &self.device());
-            self.base.embed(ids).cast(DType::F32).autodiff()
-        });
+        // Embeddings of the path tokens, each [B, D]: constants (the base is frozen).
+        let path: Vec<Tensor<2>> = path
+            .into_iter()
+            .map(|ids| {
+                let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [b]), &self.device());
+                self.base.embed(ids).cast(DType::F32).autodiff()
+            })
+            .collect();
         let draft = self.draft_ids(&ad);
         let mut lm = self.base.lm_head().weight.val().cast(DType::F32).autodiff(); // [D, V]
         if let Some(ids) = &draft {
             lm = lm.select(1, ids.clone()); // [D, N]
         }
-        let logits = head_logits(&params, &self.heads, x, next, &lm, draft.as_ref()); // [K*B, V or N]
+        let logits = head_logits(&params, &self.heads, x, &path, &lm, draft.as_ref()); // [K*B, V or N]
         let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [k * b]), &ad);
         let picked = log_softmax(logits, 1)
             .gather(1, targets.reshape([k * b, 1]))
@@ -521,17 +577,22 @@ impl<'a> Trainer<'a> {
             let b = chunk.len();
             let Batch {
                 x,
-                next,
+                path,
                 targets,
                 weights,
                 outside,
                 ..
             } = self.batch(chunk);
             let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &device);
-            let next = Tensor::<1, Int>::from_data(TensorData::new(next, [b]), &device);
+            // The data's own path tokens: a path head is scored where the path before its
+            // target is right, which is where decoding can accept its proposal.
+            let path: Vec<Tensor<1, Int>> = path
+                .into_iter()
+                .map(|ids| Tensor::from_data(TensorData::new(ids, [b]), &device))
+                .collect();
             let per_head = match &draft {
-                Some(v) => v.logits(&heads, x, next, self.base),
-                None => heads.forward(x, next, self.base),
+                Some(v) => v.logits_given(&heads, x, path, self.base),
+                None => heads.forward_given(x, path, self.base),
             };
             for (h, logits) in per_head.into_iter().enumerate() {
                 // Targets decoding cannot propose: misses.
@@ -573,40 +634,39 @@ impl<'a> Trainer<'a> {
 }
 
 /// Logits [K * B, V] (or [K * B, N] over a draft vocabulary `draft` [N]) of every head
-/// (head-major) for hidden states x [B, D] and, for `HiddenAndNext` heads, the next tokens'
-/// embeddings `next` [B, D]. `params` in [`MedusaHeads::tensor_names`] order; `lm` the base
-/// lm_head [D, V], already cut to the draft columns (the shared kind).
+/// (head-major) for hidden states x [B, D] and the path tokens' embeddings `path` (entry
+/// j [B, D]: token t+1+j; each head reads [`HeadInput::path_len`] of them). `params` in
+/// [`MedusaHeads::tensor_names`] order; `lm` the base lm_head [D, V], already cut to the
+/// draft columns (the shared kind).
 fn head_logits(
     params: &[Tensor<2>],
     cfg: &HeadsConfig,
     x: Tensor<2>,
-    next: Option<Tensor<2>>,
+    path: &[Tensor<2>],
     lm: &Tensor<2>,
     draft: Option<&Tensor<1, Int>>,
 ) -> Tensor<2> {
-    let reads_next = usize::from(cfg.input == HeadInput::HiddenAndNext);
-    let per_head = reads_next + 2 * cfg.num_layers + usize::from(cfg.kind == HeadKind::Own);
     let d = cfg.hidden_size;
-    let outs: Vec<Tensor<2>> = params
-        .chunks(per_head)
-        .map(|p| {
-            let x = match &next {
-                // F [out, in]: x + e F^T
-                Some(e) if reads_next == 1 => {
-                    x.clone() + e.clone().matmul(p[0].clone().transpose())
-                }
-                _ => x.clone(),
-            };
-            let p = &p[reads_next..];
+    let mut p = params;
+    let outs: Vec<Tensor<2>> = (0..cfg.num_heads)
+        .map(|h| {
+            let reads = cfg.input.path_len(h);
+            // F [out, in]: x + e F^T
+            let x = p[..reads].iter().zip(path).fold(x.clone(), |x, (f, e)| {
+                x + e.clone().matmul(f.clone().transpose())
+            });
+            p = &p[reads..];
             let h = p[..2 * cfg.num_layers].chunks(2).fold(x, |h, wb| {
                 // W [out, in], bias stored as [D, 1]
                 let z = h.clone().matmul(wb[0].clone().transpose()) + wb[1].clone().reshape([1, d]);
                 h + silu(z)
             }); // [B, D]
+            p = &p[2 * cfg.num_layers..];
             match cfg.kind {
                 HeadKind::Shared => h,
                 HeadKind::Own => {
-                    let w = p[2 * cfg.num_layers].clone(); // [V, D]
+                    let w = p[0].clone(); // [V, D]
+                    p = &p[1..];
                     let w = match draft {
                         Some(ids) => w.select(0, ids.clone()), // [N, D]
                         None => w,

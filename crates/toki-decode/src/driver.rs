@@ -184,7 +184,7 @@ fn draft<'e>(
             // Every node attends to the whole cache: prompt and tokens so far.
             let costs = d.costs_at(input.history.len());
             let ranked = heads.rank(input, &vec![d.max_rank; heads.num_heads()])?;
-            let choice = d.choose(&ranked, feedback, &costs);
+            let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
             if choice.paths.is_empty() {
                 return Ok((
                     vec![root],

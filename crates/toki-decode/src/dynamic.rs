@@ -35,7 +35,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
-use crate::proposer::Ranked;
+use crate::proposer::{Conditioning, Ranked};
 
 /// How a dynamic tree is sized (see the module docs). Built by `toki calibrate` from
 /// measurements on the backend it will run on.
@@ -187,6 +187,17 @@ impl DynamicTree {
     /// This step's tree from the heads' ranked proposals, what the request has learnt so
     /// far ([`Feedback`]) and the costs at its cache length ([`DynamicTree::costs_at`]).
     pub fn choose(&self, ranked: &[Ranked], fb: &Feedback, costs: &Costs) -> Choice {
+        self.choose_for(ranked, fb, costs, Conditioning::Independent)
+    }
+
+    /// [`DynamicTree::choose`] for proposals of the given [`Conditioning`].
+    pub fn choose_for(
+        &self,
+        ranked: &[Ranked],
+        fb: &Feedback,
+        costs: &Costs,
+        conditioning: Conditioning,
+    ) -> Choice {
         let acc: Vec<Vec<f64>> = ranked
             .iter()
             .enumerate()
@@ -197,7 +208,7 @@ impl DynamicTree {
                     .collect()
             })
             .collect();
-        let (paths, expected) = greedy_tree(&acc, self.max_nodes());
+        let (paths, expected) = greedy_tree(&acc, self.max_nodes(), conditioning);
         let best = (0..self.max_nodes())
             .max_by(|&a, &b| {
                 let gain = |n: usize| expected[n] - fb.lambda * costs.cost[n];
@@ -309,8 +320,13 @@ impl Feedback {
 
 /// Medusa's greedy tree: paths in the order they are added, best expected acceptance first
 /// (a path's is the product of `acc[k][r_k]` along it), and the expected tokens per step
-/// 1 + Σ P(path) of the trees of the first n − 1 paths, n = 1..=max_nodes.
-pub fn greedy_tree(acc: &[Vec<f64>], max_nodes: usize) -> (Vec<Vec<usize>>, Vec<f64>) {
+/// 1 + Σ P(path) of the trees of the first n − 1 paths, n = 1..=max_nodes. With
+/// [`Conditioning::Chain`] only the root and the top-1 chain ([0], [0, 0], ..) get children.
+pub fn greedy_tree(
+    acc: &[Vec<f64>],
+    max_nodes: usize,
+    conditioning: Conditioning,
+) -> (Vec<Vec<usize>>, Vec<f64>) {
     let mut paths: Vec<(Vec<usize>, f64)> = vec![];
     let mut expected = vec![1.0];
     while expected.len() < max_nodes {
@@ -319,7 +335,8 @@ pub fn greedy_tree(acc: &[Vec<f64>], max_nodes: usize) -> (Vec<Vec<usize>>, Vec<
         let parents = std::iter::once((vec![], 1.0)).chain(paths.iter().cloned());
         for (parent, p) in parents {
             let depth = parent.len();
-            if depth >= acc.len() {
+            let off_chain = parent.iter().any(|&r| r != 0);
+            if depth >= acc.len() || (conditioning == Conditioning::Chain && off_chain) {
                 continue;
             }
             let used = paths
@@ -371,10 +388,14 @@ mod tests {
     #[test]
     fn greedy_tree_adds_the_likeliest_paths_first() {
         let acc = vec![vec![0.6, 0.2, 0.05], vec![0.5, 0.1, 0.0]];
-        let (paths, e) = greedy_tree(&acc, 5);
+        let (paths, e) = greedy_tree(&acc, 5, Conditioning::Independent);
         // [0] .6, [0,0] .3, [1] .2, then [1,0] .1 over [0,1] .06 and [2] .05
         assert_eq!(paths, vec![vec![0], vec![0, 0], vec![1], vec![1, 0]]);
         assert!((e[4] - (1.0 + 0.6 + 0.3 + 0.2 + 0.1)).abs() < 1e-12);
+        // Chain-conditioned proposals: [1] gets no children, [0,1] comes next instead.
+        let (paths, e) = greedy_tree(&acc, 5, Conditioning::Chain);
+        assert_eq!(paths, vec![vec![0], vec![0, 0], vec![1], vec![0, 1]]);
+        assert!((e[4] - (1.0 + 0.6 + 0.3 + 0.2 + 0.06)).abs() < 1e-12);
     }
 
     #[test]

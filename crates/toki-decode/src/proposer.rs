@@ -1,7 +1,7 @@
 //! The proposer: Medusa heads read the last accepted hidden state and fill the tree.
 
 use burn::tensor::{Int, Tensor, TensorData};
-use toki_model::{DraftVocab, LlamaModel, MedusaHeads};
+use toki_model::{DraftVocab, HeadInput, LlamaModel, MedusaHeads};
 
 use crate::error::{DecodeError, Result};
 use crate::tree::Tree;
@@ -32,6 +32,18 @@ pub struct StepInput<'a> {
 /// One head's proposals, best first: (token, the probability the head gives it).
 pub type Ranked = Vec<(u32, f32)>;
 
+/// What head k's proposals hold for, in a tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Conditioning {
+    /// The same proposals under every parent: the heads read nothing past the root
+    /// (Medusa heads).
+    #[default]
+    Independent,
+    /// Proposals conditioned on the top-1 proposals of heads 0..k-1 (path heads): they
+    /// extend the top-1 chain; under any other parent they are out-of-context guesses.
+    Chain,
+}
+
 /// Fills a tree with draft tokens. Medusa heads are the proposer toki ships; tests use an
 /// oracle that knows the answer.
 pub trait Proposer: Send + Sync {
@@ -45,6 +57,10 @@ pub trait Proposer: Send + Sync {
     /// with their probabilities (a static tree ignores them; a dynamic one sizes itself
     /// from them, [`crate::dynamic`]).
     fn rank(&self, input: StepInput<'_>, top_k: &[usize]) -> Result<Vec<Ranked>>;
+    /// Which parents its proposals are meant for (a dynamic tree only extends those).
+    fn conditioning(&self) -> Conditioning {
+        Conditioning::Independent
+    }
 }
 
 /// Medusa heads as a proposer, scoring the whole vocabulary or a [`DraftVocab`].
@@ -113,6 +129,13 @@ impl Proposer for HeadProposer {
 
     fn max_rank(&self) -> usize {
         self.draft.as_ref().map_or(usize::MAX, |d| d.len())
+    }
+
+    fn conditioning(&self) -> Conditioning {
+        match self.heads.config().input {
+            HeadInput::HiddenAndPath => Conditioning::Chain,
+            HeadInput::Hidden | HeadInput::HiddenAndNext => Conditioning::Independent,
+        }
     }
 
     fn rank(&self, input: StepInput<'_>, k: &[usize]) -> Result<Vec<Ranked>> {

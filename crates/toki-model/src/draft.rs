@@ -21,7 +21,7 @@ use burn::tensor::{DType, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
-use crate::heads::{HeadKind, MedusaHeads};
+use crate::heads::{HeadKind, HeadPath, MedusaHeads};
 use crate::kernels::HostWeight;
 use crate::llama::{LlamaModel, host_matmul, host_path, transpose};
 
@@ -149,6 +149,8 @@ impl Projection {
 #[derive(Debug, Clone)]
 pub struct DraftVocab {
     ids: Vec<u32>,
+    /// `ids` on the device [N] (path heads map their top-1 column to its token there).
+    id_tensor: Tensor<1, Int>,
     /// One for the shared kind (the base's lm_head), one per head for the own kind.
     projections: Vec<Projection>,
     kind: HeadKind,
@@ -189,6 +191,7 @@ impl DraftVocab {
         };
         Ok(Self {
             ids,
+            id_tensor: idx,
             projections,
             kind,
         })
@@ -208,7 +211,7 @@ impl DraftVocab {
     }
 
     /// Draft logits of every head for hidden states [R, D] and the base's next tokens [R]
-    /// (see [`MedusaHeads::features`]): K tensors [R, N], f32.
+    /// (see [`MedusaHeads::forward`]): K tensors [R, N], f32.
     pub fn logits(
         &self,
         heads: &MedusaHeads,
@@ -216,23 +219,32 @@ impl DraftVocab {
         next: Tensor<1, Int>,
         base: &LlamaModel,
     ) -> Vec<Tensor<2>> {
-        let [r, _] = hidden.dims();
-        let xs = heads.features(hidden, next, base);
-        match self.kind {
-            // All heads in one [K*R, D] x [D, N] product: the matrix is read once.
-            HeadKind::Shared => {
-                let k = xs.len();
-                let logits = self.projections[0].forward(Tensor::cat(xs, 0)); // [K*R, N]
-                let n = self.ids.len();
-                (0..k)
-                    .map(|h| logits.clone().slice([h * r..(h + 1) * r, 0..n]))
-                    .collect()
-            }
-            HeadKind::Own => xs
-                .into_iter()
-                .zip(&self.projections)
-                .map(|(x, p)| p.forward(x))
-                .collect(),
-        }
+        self.logits_on(heads, hidden, HeadPath::Root(next), base)
+    }
+
+    /// [`DraftVocab::logits`] with the path tokens given ([`MedusaHeads::forward_given`]).
+    pub fn logits_given(
+        &self,
+        heads: &MedusaHeads,
+        hidden: Tensor<2>,
+        path: Vec<Tensor<1, Int>>,
+        base: &LlamaModel,
+    ) -> Vec<Tensor<2>> {
+        self.logits_on(heads, hidden, HeadPath::Given(path), base)
+    }
+
+    fn logits_on(
+        &self,
+        heads: &MedusaHeads,
+        hidden: Tensor<2>,
+        path: HeadPath,
+        base: &LlamaModel,
+    ) -> Vec<Tensor<2>> {
+        // One projection for the shared kind (all heads' rows in one product where the heads
+        // read no proposals: the matrix is read once), one per head for the own kind.
+        let last = self.projections.len() - 1;
+        let score = |h: usize, x: Tensor<2>| self.projections[h.min(last)].forward(x);
+        let shared = self.kind == HeadKind::Shared;
+        heads.run(hidden, path, base, &score, Some(&self.id_tensor), shared)
     }
 }

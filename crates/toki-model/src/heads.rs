@@ -6,16 +6,27 @@
 //! vocabulary projection: its own (`Own`, initialised from the base's lm_head) or the base's
 //! frozen one (`Shared`, a few MB per head set).
 //!
-//! What a head reads is a [`HeadInput`]: the hidden state alone (Medusa), or the hidden
-//! state plus the embedding of the base's own next token t+1. That token is known when the
-//! heads run (it is the tree's root), and a head that must guess t+2 does better knowing
-//! t+1 (Hydra's and EAGLE's drafts condition on tokens for the same reason):
+//! What a head reads is a [`HeadInput`]: the hidden state alone (Medusa), the hidden state
+//! plus the embedding of the base's own next token t+1, or the hidden state plus every
+//! token on the path up to the head's target (Hydra's sequential heads). Token t+1 is known
+//! when the heads run (it is the tree's root), and a head that must guess t+2 does better
+//! knowing t+1; a head that must guess t+3 does better still knowing t+2, which is the
+//! previous head's proposal:
 //!
 //! ```text
-//!   hidden h_t ──────────────┐
-//!                            + ── x ── ResBlock × L ── vocabulary projection ── token t+k+2
-//!   embed(next token) ── F_k ┘          (x = h_t + F_k · e, F_k starts at zero)
+//!   hidden h_t ──────────────────┐
+//!   e(t+1) ── F_k,0 ─────────────+ ── x ── ResBlock × L ── vocabulary projection ── t+k+2
+//!   e(t+2) ── F_k,1 ─── (path) ──┤         (x = h_t + Σ_j F_k,j · e(t+1+j), F starts at 0)
+//!   ...                          │
+//!   e(t+k+1) ── F_k,k ── (path) ─┘
 //! ```
+//!
+//! `HiddenAndNext` reads the first line (F_k,0); `HiddenAndPath` reads them all: head k
+//! reads the root and the top-1 proposals of heads 0..k-1 when decoding
+//! ([`MedusaHeads::forward`]: the heads run one after another), and the data's own tokens in
+//! training ([`MedusaHeads::forward_given`]). A tree node whose path leaves the top-1 chain
+//! and then continues gets proposals conditioned on the chain, not on its own path: they
+//! are only proposals, the base still verifies every one.
 //!
 //! Files: `heads.safetensors` + `heads.json` (native), or the reference implementation's
 //! `medusa_lm_head.safetensors` + `config.json` (`medusa_num_heads`, `medusa_num_layers`).
@@ -54,6 +65,31 @@ pub enum HeadInput {
     Hidden,
     /// h_t plus a per-head projection of the embedding of the base's next token t+1.
     HiddenAndNext,
+    /// h_t plus per-head projections of the embeddings of every token from t+1 to the one
+    /// before the head's target: the root and the earlier heads' proposals (Hydra).
+    HiddenAndPath,
+}
+
+impl HeadInput {
+    /// How many path tokens (t+1, t+2, ..) head `h` (0-based) reads.
+    pub fn path_len(self, h: usize) -> usize {
+        match self {
+            Self::Hidden => 0,
+            Self::HiddenAndNext => 1,
+            Self::HiddenAndPath => h + 1,
+        }
+    }
+}
+
+/// The tokens path heads read past the hidden state, per row.
+#[derive(Debug, Clone)]
+pub enum HeadPath {
+    /// The base's next token t+1 [R] (the tree root); `HiddenAndPath` heads then read the
+    /// earlier heads' top-1 proposals (decoding).
+    Root(Tensor<1, Int>),
+    /// Known tokens: entry j [R] is token t+1+j, at least as many as the last head reads
+    /// (training and held-out scoring on the data's own tokens).
+    Given(Vec<Tensor<1, Int>>),
 }
 
 /// `heads.json`.
@@ -104,8 +140,9 @@ pub struct ResBlock {
 
 #[derive(Module, Debug)]
 pub struct Head {
-    /// F_k: the next token's embedding into the head's input (`HiddenAndNext` only).
-    next: Option<Linear>,
+    /// F_k,j: the embedding of path token t+1+j into the head's input
+    /// ([`HeadInput::path_len`] of them).
+    path: Vec<Linear>,
     blocks: Vec<ResBlock>,
     /// `None` for the `Shared` kind.
     lm_head: Option<Linear>,
@@ -122,10 +159,10 @@ pub struct MedusaHeads {
     host: Option<Vec<HostHead>>,
 }
 
-/// One head's F_k and residual-block weights on the host, `[out, in]`.
+/// One head's F_k,j and residual-block weights on the host, `[out, in]`.
 #[derive(Debug, Clone)]
 struct HostHead {
-    next: Option<HostWeight>,
+    path: Vec<HostWeight>,
     blocks: Vec<HostWeight>,
 }
 
@@ -158,7 +195,8 @@ fn tensor2(data: Vec<f32>, shape: [usize; 2], device: &Device) -> Tensor<2> {
 
 /// Key names of one head-file layout.
 trait Layout {
-    fn next_weight(&self, head: usize) -> String;
+    /// F_head,j (j = 0: the next token's, the only one of `HiddenAndNext` heads).
+    fn path_weight(&self, head: usize, j: usize) -> String;
     fn block_weight(&self, head: usize, block: usize) -> String;
     fn block_bias(&self, head: usize, block: usize) -> String;
     fn lm_head(&self, head: usize) -> String;
@@ -166,8 +204,11 @@ trait Layout {
 
 struct Native;
 impl Layout for Native {
-    fn next_weight(&self, h: usize) -> String {
-        format!("heads.{h}.next.weight")
+    fn path_weight(&self, h: usize, j: usize) -> String {
+        match j {
+            0 => format!("heads.{h}.next.weight"),
+            _ => format!("heads.{h}.path.{j}.weight"),
+        }
     }
     fn block_weight(&self, h: usize, b: usize) -> String {
         format!("heads.{h}.blocks.{b}.weight")
@@ -186,8 +227,8 @@ struct Reference {
 }
 impl Layout for Reference {
     // The reference heads read the hidden state only; a config never asks for this.
-    fn next_weight(&self, h: usize) -> String {
-        format!("{h}.next.weight")
+    fn path_weight(&self, h: usize, j: usize) -> String {
+        format!("{h}.path.{j}.weight")
     }
     fn block_weight(&self, h: usize, b: usize) -> String {
         format!("{h}.{b}.linear.weight")
@@ -217,7 +258,8 @@ impl MedusaHeads {
     }
 
     /// Heads from named tensors in the native layout (`heads.{h}.next.weight` [D, D] for
-    /// the `HiddenAndNext` input, `heads.{h}.blocks.{b}.weight` [D, D] as [out, in], `.bias`
+    /// the `HiddenAndNext` and `HiddenAndPath` inputs, `heads.{h}.path.{j}.weight` [D, D]
+    /// for j = 1..=h with `HiddenAndPath`, `heads.{h}.blocks.{b}.weight` [D, D] as [out, in], `.bias`
     /// [D], `heads.{h}.lm_head.weight` [V, D] for the own kind).
     pub fn from_source(
         config: HeadsConfig,
@@ -232,8 +274,8 @@ impl MedusaHeads {
         let (d, v) = (config.hidden_size, config.vocab_size);
         let mut out = vec![];
         for h in 0..config.num_heads {
-            if config.input == HeadInput::HiddenAndNext {
-                out.push((Native.next_weight(h), vec![d, d]));
+            for j in 0..config.input.path_len(h) {
+                out.push((Native.path_weight(h, j), vec![d, d]));
             }
             for b in 0..config.num_layers {
                 out.push((Native.block_weight(h, b), vec![d, d]));
@@ -265,12 +307,9 @@ impl MedusaHeads {
             bias: None,
         };
         for h in 0..config.num_heads {
-            let next = match config.input {
-                HeadInput::Hidden => None,
-                HeadInput::HiddenAndNext => {
-                    Some(square(src.tensor(&layout.next_weight(h), &[d, d])?))
-                }
-            };
+            let path = (0..config.input.path_len(h))
+                .map(|j| Ok(square(src.tensor(&layout.path_weight(h, j), &[d, d])?)))
+                .collect::<Result<Vec<_>>>()?;
             let mut blocks = Vec::with_capacity(config.num_layers);
             for b in 0..config.num_layers {
                 let w = src.tensor(&layout.block_weight(h, b), &[d, d])?;
@@ -296,7 +335,7 @@ impl MedusaHeads {
                 }
             };
             heads.push(Head {
-                next,
+                path,
                 blocks,
                 lm_head,
             });
@@ -406,10 +445,10 @@ impl MedusaHeads {
             ))
         };
         for (h, head) in self.heads.iter().enumerate() {
-            if let Some(next) = &head.next {
+            for (j, f) in head.path.iter().enumerate() {
                 named.push(entry(
-                    Native.next_weight(h),
-                    next.weight.val(),
+                    Native.path_weight(h, j),
+                    f.weight.val(),
                     d,
                     d,
                     vec![d, d],
@@ -456,34 +495,75 @@ impl MedusaHeads {
         self.heads.len()
     }
 
-    /// Every head's residual-block output for hidden states [R, D] at R positions whose
-    /// base next tokens are `next` [R]: K tensors [R, D], the input of its vocabulary
-    /// projection. `next` is read only by `HiddenAndNext` heads.
-    pub fn features(
+    /// Head `h`'s residual-block output [R, D], the input of its vocabulary projection,
+    /// for hidden states [R, D] and the embeddings `path` (entry j [R, D]: token t+1+j) of
+    /// at least the path tokens it reads.
+    fn head_features(&self, h: usize, hidden: Tensor<2>, path: &[Tensor<2>]) -> Tensor<2> {
+        let head = &self.heads[h];
+        let host = self.host.as_ref().map(|hosts| &hosts[h]);
+        let x = head
+            .path
+            .iter()
+            .zip(path)
+            .enumerate()
+            .fold(hidden, |x, (j, (f, e))| {
+                x + project(f, host.map(|c| &c.path[j]), e.clone())
+            });
+        head.blocks.iter().enumerate().fold(x, |x, (b, blk)| {
+            let w = host.map(|c| &c.blocks[b]);
+            x.clone() + silu(project(&blk.linear, w, x))
+        })
+    }
+
+    /// Every head's logits for hidden states [R, D]: `score(h, features)` maps head h's
+    /// features [R, D] to logits [R, C]; column c is token `ids[c]` (the vocabulary itself
+    /// without `ids`). With `shared`, heads that read no proposals are scored in one
+    /// `score(0, ..)` of all K heads' features ([K*R, D]: the matrix is read once).
+    pub(crate) fn run(
         &self,
         hidden: Tensor<2>,
-        next: Tensor<1, Int>,
+        path: HeadPath,
         base: &LlamaModel,
+        score: &dyn Fn(usize, Tensor<2>) -> Tensor<2>,
+        ids: Option<&Tensor<1, Int>>,
+        shared: bool,
     ) -> Vec<Tensor<2>> {
-        let embedded = (self.config.input == HeadInput::HiddenAndNext)
-            .then(|| base.embed(next).cast(hidden.dtype())); // [R, D]
-        self.heads
-            .iter()
-            .enumerate()
-            .map(|(h, head)| {
-                let host = self.host.as_ref().map(|hosts| &hosts[h]);
-                let x = match (&head.next, &embedded) {
-                    (Some(f), Some(e)) => {
-                        hidden.clone() + project(f, host.and_then(|c| c.next.as_ref()), e.clone())
-                    }
-                    _ => hidden.clone(),
+        let [r, _] = hidden.dims();
+        let k = self.heads.len();
+        let input = self.config.input;
+        let reads = input.path_len(k - 1);
+        let dtype = hidden.dtype();
+        let embed = |t: Tensor<1, Int>| base.embed(t).cast(dtype); // [R, D]
+        let (mut path, chained): (Vec<Tensor<2>>, bool) = match path {
+            _ if reads == 0 => (vec![], false),
+            HeadPath::Root(root) => (vec![embed(root)], input == HeadInput::HiddenAndPath),
+            HeadPath::Given(tokens) => (tokens.into_iter().take(reads).map(embed).collect(), false),
+        };
+        if !chained && shared {
+            let xs = (0..k)
+                .map(|h| self.head_features(h, hidden.clone(), &path))
+                .collect();
+            let logits = score(0, Tensor::cat(xs, 0)); // [K*R, C]
+            let [_, c] = logits.dims();
+            return (0..k)
+                .map(|h| logits.clone().slice([h * r..(h + 1) * r, 0..c]))
+                .collect();
+        }
+        let mut out = Vec::with_capacity(k);
+        for h in 0..k {
+            let logits = score(h, self.head_features(h, hidden.clone(), &path)); // [R, C]
+            if chained && h + 1 < k {
+                // The next head reads this one's top-1 proposal, chosen on the device.
+                let col = logits.clone().argmax(1).reshape([r]); // [R]
+                let token = match ids {
+                    Some(ids) => ids.clone().select(0, col),
+                    None => col,
                 };
-                head.blocks.iter().enumerate().fold(x, |x, (b, blk)| {
-                    let w = host.map(|c| &c.blocks[b]);
-                    x.clone() + silu(project(&blk.linear, w, x))
-                })
-            })
-            .collect()
+                path.push(embed(token));
+            }
+            out.push(logits);
+        }
+        out
     }
 
     /// The same heads with host copies of their square projections (F_k and the residual
@@ -508,7 +588,7 @@ impl MedusaHeads {
             .heads
             .iter()
             .map(|h| HostHead {
-                next: h.next.as_ref().map(copy),
+                path: h.path.iter().map(copy).collect(),
                 blocks: h.blocks.iter().map(|b| copy(&b.linear)).collect(),
             })
             .collect();
@@ -521,36 +601,35 @@ impl MedusaHeads {
         self.heads.get(h).and_then(|head| head.lm_head.as_ref())
     }
 
-    /// Logits of every head for hidden states [R, D] and next tokens [R] (see
-    /// [`MedusaHeads::features`]): K tensors [R, vocab], f32.
+    /// Logits of every head for hidden states [R, D] whose base next tokens are `next` [R]
+    /// (path heads read the earlier heads' top-1 proposals, see the module docs): K
+    /// tensors [R, vocab], f32.
     pub fn forward(
         &self,
         hidden: Tensor<2>,
         next: Tensor<1, Int>,
         base: &LlamaModel,
     ) -> Vec<Tensor<2>> {
-        let [r, _] = hidden.dims();
-        let xs = self.features(hidden, next, base);
-        match self.config.kind {
-            // One projection for all heads: a single [K*R, D] x [D, V] matmul reads the
-            // vocabulary matrix once instead of K times.
-            HeadKind::Shared => {
-                let logits = base.logits(Tensor::cat(xs, 0)); // [K*R, V]
-                let [_, v] = logits.dims();
-                (0..self.heads.len())
-                    .map(|k| logits.clone().slice([k * r..(k + 1) * r, 0..v]))
-                    .collect()
-            }
-            HeadKind::Own => self
-                .heads
-                .iter()
-                .zip(xs)
-                .map(|(head, x)| match &head.lm_head {
-                    Some(lm) => lm.forward(x).cast(DType::F32),
-                    None => base.logits(x),
-                })
-                .collect(),
-        }
+        self.forward_on(hidden, HeadPath::Root(next), base)
+    }
+
+    /// [`MedusaHeads::forward`] on a [`HeadPath`]: given tokens for training and scoring.
+    pub fn forward_given(
+        &self,
+        hidden: Tensor<2>,
+        path: Vec<Tensor<1, Int>>,
+        base: &LlamaModel,
+    ) -> Vec<Tensor<2>> {
+        self.forward_on(hidden, HeadPath::Given(path), base)
+    }
+
+    fn forward_on(&self, hidden: Tensor<2>, path: HeadPath, base: &LlamaModel) -> Vec<Tensor<2>> {
+        let score = |h: usize, x: Tensor<2>| match self.own_lm_head(h) {
+            Some(lm) => lm.forward(x).cast(DType::F32),
+            None => base.logits(x),
+        };
+        let shared = self.config.kind == HeadKind::Shared;
+        self.run(hidden, path, base, &score, None, shared)
     }
 }
 

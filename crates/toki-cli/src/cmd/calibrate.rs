@@ -145,7 +145,7 @@ pub fn auto_tree(
         heads_s,
     } = measured;
     let max_nodes = cost_s.len();
-    let (order, expected_tokens) = greedy_tree(&acceptance, max_nodes);
+    let (order, expected_tokens) = greedy_tree(&acceptance, max_nodes, heads.conditioning());
     let expected_speedup: Vec<f64> = (0..max_nodes)
         .map(|i| {
             let step = cost_s[i] + if i == 0 { 0.0 } else { heads_s };

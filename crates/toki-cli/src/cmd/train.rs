@@ -28,6 +28,9 @@ pub enum HeadInputArg {
     Hidden,
     /// The hidden state plus the embedding of the base's own next token (the tree root).
     HiddenNext,
+    /// The hidden state plus every token on the path to the head's target: the root and
+    /// the earlier heads' proposals (Hydra's sequential heads).
+    HiddenPath,
 }
 
 #[derive(clap::Args)]
@@ -96,6 +99,11 @@ pub struct Args {
     /// Continue the run saved in --out.
     #[arg(long)]
     resume: bool,
+    /// Start from the heads saved in this folder (same kind, heads and blocks): tensors it
+    /// lacks start at zero, e.g. the path projections of hidden-path heads grown from
+    /// hidden-next ones.
+    #[arg(long, conflicts_with = "resume")]
+    init: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
 }
@@ -160,6 +168,7 @@ pub fn run(a: Args) -> Result<()> {
         input: match a.head_input {
             HeadInputArg::Hidden => HeadInput::Hidden,
             HeadInputArg::HiddenNext => HeadInput::HiddenAndNext,
+            HeadInputArg::HiddenPath => HeadInput::HiddenAndPath,
         },
         ..TrainConfig::default()
     };
@@ -168,6 +177,12 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         Trainer::new(base, &data, config, a.held_out_every)?
     };
+    if let Some(dir) = &a.init {
+        let taken = trainer
+            .init_from(dir)
+            .with_context(|| format!("--init {}", dir.display()))?;
+        tracing::info!("{taken} tensors taken from {}", dir.display());
+    }
     if a.steps.is_none() {
         let per_update = (a.batch * a.accum) as f64;
         let epochs = a.epochs.unwrap_or(1.0);
