@@ -7,7 +7,7 @@ use toki_model::testing::{tensor_shapes, tiny_config, write_model_folder, write_
 use toki_model::weights::{RandomWeights, SafetensorsWeights, WeightSource};
 use toki_model::{
     AttnMask, DraftVocab, HeadInput, HeadKind, HeadsConfig, LlamaConfig, LlamaModel, MedusaHeads,
-    ModelError, Precision, RopeTables, TokenCounts,
+    ModelError, Precision, RopeTables, StoreDtype, TokenCounts,
 };
 
 fn dev() -> Device {
@@ -509,6 +509,35 @@ fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
             .zip(loaded.forward(hidden.clone(), ids(&root), &m))
         {
             assert!(max_diff(&vec2(x), &vec2(y)) < 1e-4, "{kind:?} round trip");
+        }
+        // Stored as f16: about half the file, the same heads to f16's rounding.
+        let f32_bytes = std::fs::metadata(dir.join("heads.safetensors"))
+            .unwrap()
+            .len();
+        let mut cfg16 = heads.config().clone();
+        cfg16.dtype = StoreDtype::F16;
+        let mut src = SafetensorsWeights::open_file(&dir.join("heads.safetensors")).unwrap();
+        let half = MedusaHeads::from_source(cfg16, &mut src, &dev()).unwrap();
+        half.save(&dir).unwrap();
+        let f16_bytes = std::fs::metadata(dir.join("heads.safetensors"))
+            .unwrap()
+            .len();
+        assert!(
+            f16_bytes * 10 < f32_bytes * 6,
+            "{f16_bytes} vs {f32_bytes} bytes"
+        );
+        let half = MedusaHeads::load(&dir, &m).unwrap();
+        assert_eq!(half.config().dtype, StoreDtype::F16);
+        let path = vec![ids(&root), ids(&t2), ids(&t3)];
+        for (x, y) in given
+            .into_iter()
+            .zip(half.forward_given(hidden.clone(), path, &m))
+        {
+            let d = max_diff(&vec2(x), &vec2(y));
+            assert!(
+                d > 0.0 && d < 2e-2,
+                "{kind:?} f16 round trip differs by {d}"
+            );
         }
         std::fs::remove_dir_all(&dir).ok();
     }

@@ -19,7 +19,7 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use toki_model::weights::WeightSource;
 use toki_model::{
-    DraftVocab, HeadInput, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError,
+    DraftVocab, HeadInput, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError, StoreDtype,
 };
 
 use crate::checkpoint;
@@ -63,6 +63,10 @@ pub struct TrainConfig {
     /// What each head reads.
     #[serde(default)]
     pub input: HeadInput,
+    /// How `heads.safetensors` stores the heads (`trainer.safetensors`, the state a resume
+    /// reads, is always f32).
+    #[serde(default)]
+    pub dtype: StoreDtype,
 }
 
 impl Default for TrainConfig {
@@ -86,6 +90,7 @@ impl Default for TrainConfig {
             eval_rows: 2048,
             draft_vocab: vec![],
             input: HeadInput::Hidden,
+            dtype: StoreDtype::F32,
         }
     }
 }
@@ -182,6 +187,7 @@ impl<'a> Trainer<'a> {
             base_model: c.model_type.clone(),
             draft_vocab: config.draft_vocab.len(),
             input: config.input,
+            dtype: config.dtype,
             ..HeadsConfig::for_model(config.kind, config.num_heads, config.num_layers, c)
         };
         let column: Vec<i64> = if config.draft_vocab.is_empty() {
@@ -746,7 +752,12 @@ impl WeightSource for HostSource<'_, '_> {
                 path: Default::default(),
                 msg: format!("no trained tensor {name} {shape:?}"),
             })?;
-        Ok(self.t.params[i].clone())
+        let p = &self.t.params[i];
+        // The heads as `heads.safetensors` will hold them (metrics included).
+        Ok(match self.t.heads.dtype {
+            StoreDtype::F32 => p.clone(),
+            StoreDtype::F16 => p.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        })
     }
     fn contains(&self, name: &str) -> bool {
         self.t.names.iter().any(|(n, _)| n == name)

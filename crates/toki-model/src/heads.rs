@@ -81,6 +81,17 @@ impl HeadInput {
     }
 }
 
+/// How `heads.safetensors` stores the weights (heads always compute in the model's
+/// precision; loading takes either).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreDtype {
+    #[default]
+    F32,
+    /// Half the file (a demo head set in the repository); weights rounded to 11 bits.
+    F16,
+}
+
 /// The tokens path heads read past the hidden state, per row.
 #[derive(Debug, Clone)]
 pub enum HeadPath {
@@ -110,6 +121,9 @@ pub struct HeadsConfig {
     /// What each head reads; files without the field are Medusa heads (hidden state only).
     #[serde(default)]
     pub input: HeadInput,
+    /// How [`MedusaHeads::save`] stores the weights.
+    #[serde(default)]
+    pub dtype: StoreDtype,
 }
 
 impl HeadsConfig {
@@ -129,6 +143,7 @@ impl HeadsConfig {
             base_model: String::new(),
             draft_vocab: 0,
             input: HeadInput::Hidden,
+            dtype: StoreDtype::F32,
         }
     }
 }
@@ -391,6 +406,7 @@ impl MedusaHeads {
                     .into(),
                 draft_vocab: 0,
                 input: HeadInput::Hidden,
+                dtype: StoreDtype::F32,
             };
             (cfg, file, Box::new(Reference { layers: num_layers }))
         };
@@ -424,7 +440,8 @@ impl MedusaHeads {
         Self::build(config, &mut src, layout.as_ref(), &base.device())
     }
 
-    /// Write `heads.safetensors` + `heads.json` into `dir` (each via a temp file + rename).
+    /// Write `heads.safetensors` (in the config's [`StoreDtype`]) + `heads.json` into `dir`
+    /// (each via a temp file + rename).
     pub fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
         let c = &self.config;
@@ -438,11 +455,14 @@ impl MedusaHeads {
         // A [rows, cols] Burn tensor ([in, out] for weights) as the file's [cols, rows] bytes.
         let entry = |name: String, t: Tensor<2>, rows: usize, cols: usize, shape: Vec<usize>| {
             let w = transpose(&bytes(t)?, rows, cols);
-            Ok::<_, ModelError>((
-                name,
-                shape,
-                w.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            ))
+            let le: Vec<u8> = match c.dtype {
+                StoreDtype::F32 => w.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                StoreDtype::F16 => w
+                    .iter()
+                    .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                    .collect(),
+            };
+            Ok::<_, ModelError>((name, shape, le))
         };
         for (h, head) in self.heads.iter().enumerate() {
             for (j, f) in head.path.iter().enumerate() {
@@ -472,7 +492,11 @@ impl MedusaHeads {
         let views: Vec<(String, TensorView<'_>)> = named
             .iter()
             .map(|(n, s, b)| {
-                TensorView::new(Dtype::F32, s.clone(), b)
+                let dtype = match c.dtype {
+                    StoreDtype::F32 => Dtype::F32,
+                    StoreDtype::F16 => Dtype::F16,
+                };
+                TensorView::new(dtype, s.clone(), b)
                     .map(|t| (n.clone(), t))
                     .map_err(|e| heads_err(dir, e))
             })

@@ -29,6 +29,6 @@ pub use cache::KvCache;
 pub use config::LlamaConfig;
 pub use draft::{DraftVocab, TokenCounts};
 pub use error::{ModelError, Result};
-pub use heads::{HeadInput, HeadKind, HeadPath, HeadsConfig, MedusaHeads};
+pub use heads::{HeadInput, HeadKind, HeadPath, HeadsConfig, MedusaHeads, StoreDtype};
 pub use llama::{AttnMask, LlamaModel, Precision};
 pub use rope::RopeTables;

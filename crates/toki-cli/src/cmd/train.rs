@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use toki_decode::{Engine, EngineOptions};
-use toki_model::{HeadInput, HeadKind};
+use toki_model::{HeadInput, HeadKind, StoreDtype};
 use toki_train::{Event, HiddenSet, TrainConfig, Trainer, load_documents, pack, target_counts};
 
 use crate::backend::{self, Backend};
@@ -20,6 +20,13 @@ pub enum LmHeadArg {
     Own,
     /// Every head reuses the base's frozen lm_head (small files).
     Shared,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DtypeArg {
+    F32,
+    /// Half the file; the held-out metrics are of the rounded heads.
+    F16,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -96,6 +103,9 @@ pub struct Args {
     /// Do not read or write the hidden-state cache (recompute the base every run).
     #[arg(long)]
     no_cache: bool,
+    /// How heads.safetensors stores the weights (the resume state stays f32).
+    #[arg(long, value_enum, default_value_t = DtypeArg::F32)]
+    dtype: DtypeArg,
     /// Continue the run saved in --out.
     #[arg(long)]
     resume: bool,
@@ -169,6 +179,10 @@ pub fn run(a: Args) -> Result<()> {
             HeadInputArg::Hidden => HeadInput::Hidden,
             HeadInputArg::HiddenNext => HeadInput::HiddenAndNext,
             HeadInputArg::HiddenPath => HeadInput::HiddenAndPath,
+        },
+        dtype: match a.dtype {
+            DtypeArg::F32 => StoreDtype::F32,
+            DtypeArg::F16 => StoreDtype::F16,
         },
         ..TrainConfig::default()
     };
