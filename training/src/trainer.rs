@@ -14,18 +14,23 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use burn::tensor::activation::{log_softmax, silu};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
-use toki_model::weights::WeightSource;
 use toki_model::{
-    DraftVocab, HeadInput, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError, StoreDtype,
+    HeadInput, HeadKind, HeadsConfig, LlamaModel, MedusaHeads, ModelError, StoreDtype,
 };
 
 use crate::checkpoint;
 use crate::error::{Result, TrainError};
 use crate::hidden::HiddenSet;
 use crate::optim::{AdamW, clip_global_norm, learning_rate};
+
+// Held-out metrics.
+mod eval;
+// The parameters as heads: their training graph, as a weight source, a warm start.
+mod params;
+use params::{HostSource, head_logits};
 
 /// Everything that shapes a training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -270,52 +275,6 @@ impl<'a> Trainer<'a> {
         Ok(t)
     }
 
-    /// Start from the head set saved in `dir` (`heads.json` + `heads.safetensors`): every
-    /// tensor it holds under this run's names, shapes checked; tensors it lacks keep their
-    /// fresh values (zero), so heads that read the next token grow into path heads whose
-    /// new projections start at zero, i.e. as the saved heads. Refused for another kind,
-    /// head count, block count or hidden size. Returns how many tensors were taken.
-    pub fn init_from(&mut self, dir: &Path) -> Result<usize> {
-        let json = dir.join("heads.json");
-        let text = std::fs::read_to_string(&json).map_err(|e| TrainError::io(&json, e))?;
-        let saved: HeadsConfig = serde_json::from_str(&text).map_err(|e| ModelError::Heads {
-            path: json.clone(),
-            msg: e.to_string(),
-        })?;
-        let ours = &self.heads;
-        if (
-            saved.kind,
-            saved.num_heads,
-            saved.num_layers,
-            saved.hidden_size,
-        ) != (ours.kind, ours.num_heads, ours.num_layers, ours.hidden_size)
-        {
-            return Err(TrainError::Config(format!(
-                "{}: heads of kind {:?}, {} heads x {} blocks, hidden size {} cannot start a run of \
-                 kind {:?}, {} heads x {} blocks, hidden size {}",
-                json.display(),
-                saved.kind,
-                saved.num_heads,
-                saved.num_layers,
-                saved.hidden_size,
-                ours.kind,
-                ours.num_heads,
-                ours.num_layers,
-                ours.hidden_size
-            )));
-        }
-        let mut src =
-            toki_model::weights::SafetensorsWeights::open_file(&dir.join("heads.safetensors"))?;
-        let mut taken = 0;
-        for ((name, shape), p) in self.names.iter().zip(self.params.iter_mut()) {
-            if src.contains(name) {
-                *p = src.tensor(name, shape)?;
-                taken += 1;
-            }
-        }
-        Ok(taken)
-    }
-
     pub fn device(&self) -> Device {
         self.base.device()
     }
@@ -553,140 +512,6 @@ impl<'a> Trainer<'a> {
             .collect::<Result<_>>()?;
         Ok((loss_value, head_loss, g))
     }
-
-    /// Per-head top-1 / top-5 accuracy and loss on the held-out rows, through the same
-    /// head forward decoding uses (over the draft vocabulary where there is one; the loss
-    /// then covers the targets inside it).
-    pub fn evaluate(&self) -> Result<EvalReport> {
-        let device = self.base.device();
-        let heads = self.heads(&device)?;
-        let draft = if self.config.draft_vocab.is_empty() {
-            None
-        } else {
-            Some(DraftVocab::new(
-                self.config.draft_vocab.clone(),
-                &heads,
-                self.base,
-            )?)
-        };
-        let k = self.config.num_heads;
-        let (mut hit1, mut hit5, mut nll, mut n) =
-            (vec![0f64; k], vec![0f64; k], vec![0f64; k], vec![0f64; k]);
-        let rows: Vec<Row> = self
-            .held_rows
-            .iter()
-            .take(self.config.eval_rows)
-            .copied()
-            .collect();
-        let d = self.data.hidden_size;
-        for chunk in rows.chunks(self.config.batch.max(16)) {
-            let b = chunk.len();
-            let Batch {
-                x,
-                path,
-                targets,
-                weights,
-                outside,
-                ..
-            } = self.batch(chunk);
-            let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &device);
-            // The data's own path tokens: a path head is scored where the path before its
-            // target is right, which is where decoding can accept its proposal.
-            let path: Vec<Tensor<1, Int>> = path
-                .into_iter()
-                .map(|ids| Tensor::from_data(TensorData::new(ids, [b]), &device))
-                .collect();
-            let per_head = match &draft {
-                Some(v) => v.logits_given(&heads, x, path, self.base),
-                None => heads.forward_given(x, path, self.base),
-            };
-            for (h, logits) in per_head.into_iter().enumerate() {
-                // Targets decoding cannot propose: misses.
-                n[h] += outside[h] as f64;
-                let t: Vec<i64> = targets[h * b..(h + 1) * b].to_vec();
-                let t =
-                    Tensor::<1, Int>::from_data(TensorData::new(t, [b]), &device).reshape([b, 1]);
-                let target_logit = logits.clone().gather(1, t.clone()); // [B, 1]
-                // rank = how many tokens score strictly above the target
-                let rank: Vec<i64> = (logits.clone() - target_logit)
-                    .greater_elem(0.0)
-                    .int()
-                    .sum_dim(1)
-                    .try_into_vec_as()
-                    .map_err(TrainError::device)?;
-                let lp: Vec<f32> = log_softmax(logits, 1)
-                    .gather(1, t)
-                    .try_into_vec_as()
-                    .map_err(TrainError::device)?;
-                for i in 0..b {
-                    if weights[h * b + i] > 0.0 {
-                        n[h] += 1.0;
-                        hit1[h] += (rank[i] == 0) as u8 as f64;
-                        hit5[h] += (rank[i] < 5) as u8 as f64;
-                        nll[h] -= lp[i] as f64;
-                    }
-                }
-            }
-        }
-        let div = |v: Vec<f64>| v.iter().zip(&n).map(|(x, c)| x / c.max(1.0)).collect();
-        Ok(EvalReport {
-            step: self.step,
-            rows: rows.len(),
-            top1: div(hit1),
-            top5: div(hit5),
-            loss: div(nll),
-        })
-    }
-}
-
-/// Logits [K * B, V] (or [K * B, N] over a draft vocabulary `draft` [N]) of every head
-/// (head-major) for hidden states x [B, D] and the path tokens' embeddings `path` (entry
-/// j [B, D]: token t+1+j; each head reads [`HeadInput::path_len`] of them). `params` in
-/// [`MedusaHeads::tensor_names`] order; `lm` the base lm_head [D, V], already cut to the
-/// draft columns (the shared kind).
-fn head_logits(
-    params: &[Tensor<2>],
-    cfg: &HeadsConfig,
-    x: Tensor<2>,
-    path: &[Tensor<2>],
-    lm: &Tensor<2>,
-    draft: Option<&Tensor<1, Int>>,
-) -> Tensor<2> {
-    let d = cfg.hidden_size;
-    let mut p = params;
-    let outs: Vec<Tensor<2>> = (0..cfg.num_heads)
-        .map(|h| {
-            let reads = cfg.input.path_len(h);
-            // F [out, in]: x + e F^T
-            let x = p[..reads].iter().zip(path).fold(x.clone(), |x, (f, e)| {
-                x + e.clone().matmul(f.clone().transpose())
-            });
-            p = &p[reads..];
-            let h = p[..2 * cfg.num_layers].chunks(2).fold(x, |h, wb| {
-                // W [out, in], bias stored as [D, 1]
-                let z = h.clone().matmul(wb[0].clone().transpose()) + wb[1].clone().reshape([1, d]);
-                h + silu(z)
-            }); // [B, D]
-            p = &p[2 * cfg.num_layers..];
-            match cfg.kind {
-                HeadKind::Shared => h,
-                HeadKind::Own => {
-                    let w = p[0].clone(); // [V, D]
-                    p = &p[1..];
-                    let w = match draft {
-                        Some(ids) => w.select(0, ids.clone()), // [N, D]
-                        None => w,
-                    };
-                    h.matmul(w.transpose()) // [B, V or N]
-                }
-            }
-        })
-        .collect();
-    let cat = Tensor::cat(outs, 0);
-    match cfg.kind {
-        HeadKind::Shared => cat.matmul(lm.clone()),
-        HeadKind::Own => cat,
-    }
 }
 
 /// The base lm_head as [V, D] rows (the own kind starts from it).
@@ -734,35 +559,4 @@ fn permutation(n: usize, seed: u64, epoch: usize) -> Vec<u32> {
         v.swap(i, j);
     }
     v
-}
-
-/// The trainer's parameters as a weight source for [`MedusaHeads::from_source`].
-struct HostSource<'t, 'a> {
-    t: &'t Trainer<'a>,
-}
-
-impl WeightSource for HostSource<'_, '_> {
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> toki_model::Result<Vec<f32>> {
-        let i = self
-            .t
-            .names
-            .iter()
-            .position(|(n, _)| n == name)
-            .ok_or_else(|| ModelError::Heads {
-                path: Default::default(),
-                msg: format!("no trained tensor {name} {shape:?}"),
-            })?;
-        let p = &self.t.params[i];
-        // The heads as `heads.safetensors` will hold them (metrics included).
-        Ok(match self.t.heads.dtype {
-            StoreDtype::F32 => p.clone(),
-            StoreDtype::F16 => p.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-        })
-    }
-    fn contains(&self, name: &str) -> bool {
-        self.t.names.iter().any(|(n, _)| n == name)
-    }
-    fn finish(&self, _: &dyn Fn(&str) -> bool) -> toki_model::Result<()> {
-        Ok(())
-    }
 }

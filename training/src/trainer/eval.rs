@@ -1,0 +1,94 @@
+//! Held-out metrics: per-head top-1 / top-5 accuracy and loss.
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Int, Tensor, TensorData};
+use toki_model::DraftVocab;
+
+use super::{Batch, EvalReport, Row, Trainer};
+use crate::error::{Result, TrainError};
+
+impl Trainer<'_> {
+    /// Per-head top-1 / top-5 accuracy and loss on the held-out rows, through the same
+    /// head forward decoding uses (over the draft vocabulary where there is one; the loss
+    /// then covers the targets inside it).
+    pub fn evaluate(&self) -> Result<EvalReport> {
+        let device = self.base.device();
+        let heads = self.heads(&device)?;
+        let draft = if self.config.draft_vocab.is_empty() {
+            None
+        } else {
+            Some(DraftVocab::new(
+                self.config.draft_vocab.clone(),
+                &heads,
+                self.base,
+            )?)
+        };
+        let k = self.config.num_heads;
+        let (mut hit1, mut hit5, mut nll, mut n) =
+            (vec![0f64; k], vec![0f64; k], vec![0f64; k], vec![0f64; k]);
+        let rows: Vec<Row> = self
+            .held_rows
+            .iter()
+            .take(self.config.eval_rows)
+            .copied()
+            .collect();
+        let d = self.data.hidden_size;
+        for chunk in rows.chunks(self.config.batch.max(16)) {
+            let b = chunk.len();
+            let Batch {
+                x,
+                path,
+                targets,
+                weights,
+                outside,
+                ..
+            } = self.batch(chunk);
+            let x = Tensor::<2>::from_data(TensorData::new(x, [b, d]), &device);
+            // The data's own path tokens: a path head is scored where the path before its
+            // target is right, which is where decoding can accept its proposal.
+            let path: Vec<Tensor<1, Int>> = path
+                .into_iter()
+                .map(|ids| Tensor::from_data(TensorData::new(ids, [b]), &device))
+                .collect();
+            let per_head = match &draft {
+                Some(v) => v.logits_given(&heads, x, path, self.base),
+                None => heads.forward_given(x, path, self.base),
+            };
+            for (h, logits) in per_head.into_iter().enumerate() {
+                // Targets decoding cannot propose: misses.
+                n[h] += outside[h] as f64;
+                let t: Vec<i64> = targets[h * b..(h + 1) * b].to_vec();
+                let t =
+                    Tensor::<1, Int>::from_data(TensorData::new(t, [b]), &device).reshape([b, 1]);
+                let target_logit = logits.clone().gather(1, t.clone()); // [B, 1]
+                // rank = how many tokens score strictly above the target
+                let rank: Vec<i64> = (logits.clone() - target_logit)
+                    .greater_elem(0.0)
+                    .int()
+                    .sum_dim(1)
+                    .try_into_vec_as()
+                    .map_err(TrainError::device)?;
+                let lp: Vec<f32> = log_softmax(logits, 1)
+                    .gather(1, t)
+                    .try_into_vec_as()
+                    .map_err(TrainError::device)?;
+                for i in 0..b {
+                    if weights[h * b + i] > 0.0 {
+                        n[h] += 1.0;
+                        hit1[h] += (rank[i] == 0) as u8 as f64;
+                        hit5[h] += (rank[i] < 5) as u8 as f64;
+                        nll[h] -= lp[i] as f64;
+                    }
+                }
+            }
+        }
+        let div = |v: Vec<f64>| v.iter().zip(&n).map(|(x, c)| x / c.max(1.0)).collect();
+        Ok(EvalReport {
+            step: self.step,
+            rows: rows.len(),
+            top1: div(hit1),
+            top5: div(hit5),
+            loss: div(nll),
+        })
+    }
+}
