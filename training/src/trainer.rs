@@ -105,7 +105,13 @@ impl Default for TrainConfig {
 pub struct EvalReport {
     pub step: usize,
     pub rows: usize,
+    /// Top-1 given the data's path tokens (for path heads: where the path before the
+    /// target is right, the only place decoding can accept the proposal).
     pub top1: Vec<f64>,
+    /// Top-1 with path heads reading the earlier heads' top-1 proposals, right or wrong,
+    /// as decoding runs them: unconditional like the other heads' `top1` (equal to it
+    /// for heads that read no proposals).
+    pub top1_chain: Vec<f64>,
     pub top5: Vec<f64>,
     pub loss: Vec<f64>,
 }

@@ -2,7 +2,7 @@
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
-use toki_model::DraftVocab;
+use toki_model::{DraftVocab, HeadInput};
 
 use super::{Batch, EvalReport, Row, Trainer};
 use crate::error::{Result, TrainError};
@@ -26,6 +26,8 @@ impl Trainer<'_> {
         let k = self.config.num_heads;
         let (mut hit1, mut hit5, mut nll, mut n) =
             (vec![0f64; k], vec![0f64; k], vec![0f64; k], vec![0f64; k]);
+        let mut hit_chain = vec![0f64; k];
+        let chained = self.heads.input == HeadInput::HiddenAndPath;
         let rows: Vec<Row> = self
             .held_rows
             .iter()
@@ -50,24 +52,45 @@ impl Trainer<'_> {
                 .into_iter()
                 .map(|ids| Tensor::from_data(TensorData::new(ids, [b]), &device))
                 .collect();
+            // Path heads as decoding runs them: on the earlier heads' top-1, right or wrong.
+            let chain = match (&draft, path.first()) {
+                (_, Some(root)) if chained => Some(match &draft {
+                    Some(v) => v.logits(&heads, x.clone(), root.clone(), self.base),
+                    None => heads.forward(x.clone(), root.clone(), self.base),
+                }),
+                _ => None,
+            };
             let per_head = match &draft {
                 Some(v) => v.logits_given(&heads, x, path, self.base),
                 None => heads.forward_given(x, path, self.base),
             };
-            for (h, logits) in per_head.into_iter().enumerate() {
-                // Targets decoding cannot propose: misses.
-                n[h] += outside[h] as f64;
+            let target = |h: usize| {
                 let t: Vec<i64> = targets[h * b..(h + 1) * b].to_vec();
-                let t =
-                    Tensor::<1, Int>::from_data(TensorData::new(t, [b]), &device).reshape([b, 1]);
-                let target_logit = logits.clone().gather(1, t.clone()); // [B, 1]
-                // rank = how many tokens score strictly above the target
-                let rank: Vec<i64> = (logits.clone() - target_logit)
+                Tensor::<1, Int>::from_data(TensorData::new(t, [b]), &device).reshape([b, 1])
+            };
+            // Per row, how many tokens score strictly above the target.
+            let ranks = |logits: Tensor<2>, t: Tensor<2, Int>| -> Result<Vec<i64>> {
+                let target_logit = logits.clone().gather(1, t); // [B, 1]
+                (logits - target_logit)
                     .greater_elem(0.0)
                     .int()
                     .sum_dim(1)
                     .try_into_vec_as()
-                    .map_err(TrainError::device)?;
+                    .map_err(TrainError::device)
+            };
+            for (h, logits) in chain.into_iter().flatten().enumerate() {
+                let rank = ranks(logits, target(h))?;
+                for i in 0..b {
+                    if weights[h * b + i] > 0.0 {
+                        hit_chain[h] += (rank[i] == 0) as u8 as f64;
+                    }
+                }
+            }
+            for (h, logits) in per_head.into_iter().enumerate() {
+                // Targets decoding cannot propose: misses.
+                n[h] += outside[h] as f64;
+                let t = target(h);
+                let rank = ranks(logits.clone(), t.clone())?;
                 let lp: Vec<f32> = log_softmax(logits, 1)
                     .gather(1, t)
                     .try_into_vec_as()
@@ -83,10 +106,16 @@ impl Trainer<'_> {
             }
         }
         let div = |v: Vec<f64>| v.iter().zip(&n).map(|(x, c)| x / c.max(1.0)).collect();
+        let top1: Vec<f64> = div(hit1);
         Ok(EvalReport {
             step: self.step,
             rows: rows.len(),
-            top1: div(hit1),
+            top1_chain: if chained {
+                div(hit_chain)
+            } else {
+                top1.clone()
+            },
+            top1,
             top5: div(hit5),
             loss: div(nll),
         })

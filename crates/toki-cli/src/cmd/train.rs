@@ -251,10 +251,15 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         Event::Eval(r) => say(format!(
-            "step {}: held-out top-1 {} top-5 {} ({} rows)",
+            "step {}: held-out top-1 {} top-5 {}{} ({} rows)",
             r.step,
             fmt(&r.top1),
             fmt(&r.top5),
+            if r.top1_chain == r.top1 {
+                String::new()
+            } else {
+                format!(" top-1 on the heads' own chain {}", fmt(&r.top1_chain))
+            },
             r.rows
         )),
         Event::Checkpoint { .. } => {}
