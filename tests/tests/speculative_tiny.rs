@@ -50,28 +50,17 @@ fn proposers(
         let d = DraftVocab::new(draft_ids.clone(), &heads, engine.model()).unwrap();
         HeadProposer::with_draft(heads, d)
     };
-    // Heads that also read the root token (random weights, so it matters).
-    let next_input = MedusaHeads::random(
-        HeadsConfig {
-            input: HeadInput::HiddenAndNext,
-            ..heads_config(5, HeadKind::Shared)
-        },
-        seed + 100,
-        0.3,
-        &device,
-    )
-    .unwrap();
-    // Path heads: each reads the root and the earlier heads' top-1 proposals (chain).
-    let path_input = MedusaHeads::random(
-        HeadsConfig {
-            input: HeadInput::HiddenAndPath,
-            ..heads_config(5, HeadKind::Own)
-        },
-        seed + 200,
-        0.3,
-        &device,
-    )
-    .unwrap();
+    // Heads that also read what is known past the hidden state (random weights, so it
+    // matters): the root token; the root and the earlier heads' top-1 proposals (chain).
+    let reading = |input: HeadInput, kind: HeadKind, seed: u64| {
+        let cfg = HeadsConfig {
+            input,
+            ..heads_config(5, kind)
+        };
+        MedusaHeads::random(cfg, seed, 0.3, &device).unwrap()
+    };
+    let next_input = reading(HeadInput::HiddenAndNext, HeadKind::Shared, seed + 100);
+    let path_input = reading(HeadInput::HiddenAndPath, HeadKind::Own, seed + 200);
     vec![
         Box::new(HeadProposer::new(path_input.clone())),
         Box::new(HeadProposer::new(random.clone())),

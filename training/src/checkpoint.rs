@@ -87,25 +87,13 @@ pub fn restore(t: &mut Trainer<'_>, dir: &Path) -> Result<()> {
         }
         .into());
     }
-    if (
-        saved.kind,
-        saved.num_heads,
-        saved.num_layers,
-        saved.vocab_size,
-    ) != (want.kind, want.num_heads, want.num_layers, want.vocab_size)
-    {
+    if saved.shape() != want.shape() {
         return Err(ck_err(
             &path,
             format!(
-                "saved heads are {:?} x{} heads x{} layers (vocab {}); this run asks for {:?} x{} x{} (vocab {})",
-                saved.kind,
-                saved.num_heads,
-                saved.num_layers,
-                saved.vocab_size,
-                want.kind,
-                want.num_heads,
-                want.num_layers,
-                want.vocab_size
+                "saved {}; this run asks for {}",
+                saved.describe_shape(),
+                want.describe_shape()
             ),
         ));
     }

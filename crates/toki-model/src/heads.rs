@@ -122,6 +122,26 @@ pub struct HeadsConfig {
 }
 
 impl HeadsConfig {
+    /// What must agree for one head set's weights to carry over to another: kind, heads,
+    /// blocks, hidden size, vocabulary.
+    pub fn shape(&self) -> (HeadKind, usize, usize, usize, usize) {
+        (
+            self.kind,
+            self.num_heads,
+            self.num_layers,
+            self.hidden_size,
+            self.vocab_size,
+        )
+    }
+
+    /// [`HeadsConfig::shape`] in words, for error messages.
+    pub fn describe_shape(&self) -> String {
+        format!(
+            "{:?} heads: {} heads x {} blocks, hidden size {}, vocabulary {}",
+            self.kind, self.num_heads, self.num_layers, self.hidden_size, self.vocab_size
+        )
+    }
+
     /// A head set sized for `base`: its hidden size and vocabulary.
     pub fn for_model(
         kind: HeadKind,

@@ -24,26 +24,12 @@ impl Trainer<'_> {
             path: json.clone(),
             msg: e.to_string(),
         })?;
-        let ours = &self.heads;
-        if (
-            saved.kind,
-            saved.num_heads,
-            saved.num_layers,
-            saved.hidden_size,
-        ) != (ours.kind, ours.num_heads, ours.num_layers, ours.hidden_size)
-        {
+        if saved.shape() != self.heads.shape() {
             return Err(TrainError::Config(format!(
-                "{}: heads of kind {:?}, {} heads x {} blocks, hidden size {} cannot start a run of \
-                 kind {:?}, {} heads x {} blocks, hidden size {}",
+                "{}: {} cannot start a run of {}",
                 json.display(),
-                saved.kind,
-                saved.num_heads,
-                saved.num_layers,
-                saved.hidden_size,
-                ours.kind,
-                ours.num_heads,
-                ours.num_layers,
-                ours.hidden_size
+                saved.describe_shape(),
+                self.heads.describe_shape()
             )));
         }
         let mut src =
@@ -61,8 +47,8 @@ impl Trainer<'_> {
 
 /// Logits [K * B, V] (or [K * B, N] over a draft vocabulary `draft` [N]) of every head
 /// (head-major) for hidden states x [B, D] and the path tokens' embeddings `path` (entry
-/// j [B, D]: token t+1+j; each head reads [`HeadInput::path_len`] of them). `params` in
-/// [`MedusaHeads::tensor_names`] order; `lm` the base lm_head [D, V], already cut to the
+/// j [B, D]: token t+1+j; each head reads [`toki_model::HeadInput::path_len`] of them). `params` in
+/// [`toki_model::MedusaHeads::tensor_names`] order; `lm` the base lm_head [D, V], already cut to the
 /// draft columns (the shared kind).
 pub(super) fn head_logits(
     params: &[Tensor<2>],
