@@ -6,8 +6,8 @@ use toki_decode::{Tree, TreePreset};
 use toki_model::testing::{tensor_shapes, tiny_config, write_model_folder, write_safetensors};
 use toki_model::weights::{RandomWeights, SafetensorsWeights, WeightSource};
 use toki_model::{
-    AttnMask, DraftVocab, HeadInput, HeadKind, HeadsConfig, LlamaConfig, LlamaModel, MedusaHeads,
-    ModelError, Precision, RopeTables, StoreDtype, TokenCounts,
+    AttnMask, DraftVocab, HeadInput, HeadKind, HeadPath, HeadsConfig, LlamaConfig, LlamaModel,
+    MedusaHeads, ModelError, Precision, RopeTables, StoreDtype, TokenCounts,
 };
 
 fn dev() -> Device {
@@ -460,7 +460,11 @@ fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
             .iter()
             .map(|&c| c as u32)
             .collect();
-        let given = heads.forward_given(hidden.clone(), vec![ids(&root), ids(&t2), ids(&t3)], &m);
+        let given = heads.forward_on(
+            hidden.clone(),
+            HeadPath::Given(vec![ids(&root), ids(&t2), ids(&t3)]),
+            &m,
+        );
         for (h, (x, y)) in chain.iter().zip(&given).enumerate() {
             let d = max_diff(&vec2(x.clone()), &vec2(y.clone()));
             assert!(
@@ -470,8 +474,11 @@ fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
         }
         // Another token t+3 changes head 2 (which reads it) and no other head.
         let other: Vec<u32> = t3.iter().map(|&t| (t + 1) % 64).collect();
-        let moved =
-            heads.forward_given(hidden.clone(), vec![ids(&root), ids(&t2), ids(&other)], &m);
+        let moved = heads.forward_on(
+            hidden.clone(),
+            HeadPath::Given(vec![ids(&root), ids(&t2), ids(&other)]),
+            &m,
+        );
         for h in 0..3 {
             let d = max_diff(&vec2(given[h].clone()), &vec2(moved[h].clone()));
             assert_eq!(d > 1e-3, h == 2, "{kind:?} head {h} moved by {d}");
@@ -488,7 +495,11 @@ fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
             .iter()
             .map(|&c| draft_ids[c])
             .collect();
-        let full = heads.forward_given(hidden.clone(), vec![ids(&root), ids(&d2), ids(&d3)], &m);
+        let full = heads.forward_on(
+            hidden.clone(),
+            HeadPath::Given(vec![ids(&root), ids(&d2), ids(&d3)]),
+            &m,
+        );
         for (h, (c, f)) in cut.into_iter().zip(full).enumerate() {
             let (c, f) = (vec2(c), vec2(f));
             for r in 0..3 {
@@ -529,9 +540,10 @@ fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
         let half = MedusaHeads::load(&dir, &m).unwrap();
         assert_eq!(half.config().dtype, StoreDtype::F16);
         let path = vec![ids(&root), ids(&t2), ids(&t3)];
-        for (x, y) in given
-            .into_iter()
-            .zip(half.forward_given(hidden.clone(), path, &m))
+        for (x, y) in
+            given
+                .into_iter()
+                .zip(half.forward_on(hidden.clone(), HeadPath::Given(path), &m))
         {
             let d = max_diff(&vec2(x), &vec2(y));
             assert!(

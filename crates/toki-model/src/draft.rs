@@ -153,7 +153,6 @@ pub struct DraftVocab {
     id_tensor: Tensor<1, Int>,
     /// One for the shared kind (the base's lm_head), one per head for the own kind.
     projections: Vec<Projection>,
-    kind: HeadKind,
 }
 
 impl DraftVocab {
@@ -171,8 +170,7 @@ impl DraftVocab {
         let idx: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
         let idx = Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device);
         let host = base.uses_host_kernels();
-        let kind = heads.config().kind;
-        let projections = match kind {
+        let projections = match heads.config().kind {
             HeadKind::Shared => vec![Projection::select(
                 base.lm_head().weight.val(),
                 &idx,
@@ -193,7 +191,6 @@ impl DraftVocab {
             ids,
             id_tensor: idx,
             projections,
-            kind,
         })
     }
 
@@ -222,18 +219,8 @@ impl DraftVocab {
         self.logits_on(heads, hidden, HeadPath::Root(next), base)
     }
 
-    /// [`DraftVocab::logits`] with the path tokens given ([`MedusaHeads::forward_given`]).
-    pub fn logits_given(
-        &self,
-        heads: &MedusaHeads,
-        hidden: Tensor<2>,
-        path: Vec<Tensor<1, Int>>,
-        base: &LlamaModel,
-    ) -> Vec<Tensor<2>> {
-        self.logits_on(heads, hidden, HeadPath::Given(path), base)
-    }
-
-    fn logits_on(
+    /// [`DraftVocab::logits`] on a [`HeadPath`] (see [`MedusaHeads::forward_on`]).
+    pub fn logits_on(
         &self,
         heads: &MedusaHeads,
         hidden: Tensor<2>,
@@ -244,7 +231,6 @@ impl DraftVocab {
         // read no proposals: the matrix is read once), one per head for the own kind.
         let last = self.projections.len() - 1;
         let score = |h: usize, x: Tensor<2>| self.projections[h.min(last)].forward(x);
-        let shared = self.kind == HeadKind::Shared;
-        heads.run(hidden, path, base, &score, Some(&self.id_tensor), shared)
+        heads.run(hidden, path, base, &score, Some(&self.id_tensor))
     }
 }

@@ -24,7 +24,7 @@
 //! `HiddenAndNext` reads the first line (F_k,0); `HiddenAndPath` reads them all: head k
 //! reads the root and the top-1 proposals of heads 0..k-1 when decoding
 //! ([`MedusaHeads::forward`]: the heads run one after another), and the data's own tokens in
-//! training ([`MedusaHeads::forward_given`]). A tree node whose path leaves the top-1 chain
+//! training ([`MedusaHeads::forward_on`] with [`HeadPath::Given`]). A tree node whose path leaves the top-1 chain
 //! and then continues gets proposals conditioned on the chain, not on its own path: they
 //! are only proposals, the base still verifies every one.
 //!
@@ -245,8 +245,8 @@ impl MedusaHeads {
 
     /// Every head's logits for hidden states [R, D]: `score(h, features)` maps head h's
     /// features [R, D] to logits [R, C]; column c is token `ids[c]` (the vocabulary itself
-    /// without `ids`). With `shared`, heads that read no proposals are scored in one
-    /// `score(0, ..)` of all K heads' features ([K*R, D]: the matrix is read once).
+    /// without `ids`). Shared heads that read no proposals are scored in one `score(0, ..)`
+    /// of all K heads' features ([K*R, D]: the matrix is read once).
     pub(crate) fn run(
         &self,
         hidden: Tensor<2>,
@@ -254,7 +254,6 @@ impl MedusaHeads {
         base: &LlamaModel,
         score: &dyn Fn(usize, Tensor<2>) -> Tensor<2>,
         ids: Option<&Tensor<1, Int>>,
-        shared: bool,
     ) -> Vec<Tensor<2>> {
         let [r, _] = hidden.dims();
         let k = self.heads.len();
@@ -267,7 +266,7 @@ impl MedusaHeads {
             HeadPath::Root(root) => (vec![embed(root)], input == HeadInput::HiddenAndPath),
             HeadPath::Given(tokens) => (tokens.into_iter().take(reads).map(embed).collect(), false),
         };
-        if !chained && shared {
+        if !chained && self.config.kind == HeadKind::Shared {
             let xs = (0..k)
                 .map(|h| self.head_features(h, hidden.clone(), &path))
                 .collect();
@@ -341,22 +340,18 @@ impl MedusaHeads {
         self.forward_on(hidden, HeadPath::Root(next), base)
     }
 
-    /// [`MedusaHeads::forward`] on a [`HeadPath`]: given tokens for training and scoring.
-    pub fn forward_given(
+    /// [`MedusaHeads::forward`] on a [`HeadPath`]: [`HeadPath::Given`] tokens for training
+    /// and scoring.
+    pub fn forward_on(
         &self,
         hidden: Tensor<2>,
-        path: Vec<Tensor<1, Int>>,
+        path: HeadPath,
         base: &LlamaModel,
     ) -> Vec<Tensor<2>> {
-        self.forward_on(hidden, HeadPath::Given(path), base)
-    }
-
-    fn forward_on(&self, hidden: Tensor<2>, path: HeadPath, base: &LlamaModel) -> Vec<Tensor<2>> {
         let score = |h: usize, x: Tensor<2>| match self.own_lm_head(h) {
             Some(lm) => lm.forward(x).cast(DType::F32),
             None => base.logits(x),
         };
-        let shared = self.config.kind == HeadKind::Shared;
-        self.run(hidden, path, base, &score, None, shared)
+        self.run(hidden, path, base, &score, None)
     }
 }

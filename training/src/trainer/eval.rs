@@ -2,7 +2,7 @@
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
-use toki_model::{DraftVocab, HeadInput};
+use toki_model::{DraftVocab, HeadInput, HeadPath};
 
 use super::{Batch, EvalReport, Row, Trainer};
 use crate::error::{Result, TrainError};
@@ -52,18 +52,16 @@ impl Trainer<'_> {
                 .into_iter()
                 .map(|ids| Tensor::from_data(TensorData::new(ids, [b]), &device))
                 .collect();
+            let logits = |p: HeadPath| match &draft {
+                Some(v) => v.logits_on(&heads, x.clone(), p, self.base),
+                None => heads.forward_on(x.clone(), p, self.base),
+            };
             // Path heads as decoding runs them: on the earlier heads' top-1, right or wrong.
-            let chain = match (&draft, path.first()) {
-                (_, Some(root)) if chained => Some(match &draft {
-                    Some(v) => v.logits(&heads, x.clone(), root.clone(), self.base),
-                    None => heads.forward(x.clone(), root.clone(), self.base),
-                }),
-                _ => None,
-            };
-            let per_head = match &draft {
-                Some(v) => v.logits_given(&heads, x, path, self.base),
-                None => heads.forward_given(x, path, self.base),
-            };
+            let chain = path
+                .first()
+                .filter(|_| chained)
+                .map(|root| logits(HeadPath::Root(root.clone())));
+            let per_head = logits(HeadPath::Given(path));
             let target = |h: usize| {
                 let t: Vec<i64> = targets[h * b..(h + 1) * b].to_vec();
                 Tensor::<1, Int>::from_data(TensorData::new(t, [b]), &device).reshape([b, 1])
