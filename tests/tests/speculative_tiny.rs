@@ -2,7 +2,7 @@
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
 use toki_decode::{
-    DynamicTree, Engine, HeadProposer, Prompt, Request, Tree, TreePolicy, TreePreset,
+    DynamicTree, Engine, HeadProposer, Lookup, Prompt, Request, Tree, TreePolicy, TreePreset,
 };
 use toki_model::{DraftVocab, HeadInput, HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
@@ -177,6 +177,102 @@ fn dynamic_trees_equal_plain_on_tiny_models() {
     }
     assert_eq!(checked, 2 * 3 * 8);
     assert!(sizes.len() > 10, "tree sizes barely varied: {sizes:?}");
+}
+
+#[test]
+fn prompt_lookup_grafts_equal_plain_on_tiny_models() {
+    // Two heads and lookup chains of up to six tokens: a step that emits more than three
+    // tokens accepted grafted lookup nodes. One-token matches count here, so the tiny
+    // models' text (which repeats itself) gives many chains, right and wrong.
+    let lookup = Lookup {
+        min_match: 1,
+        max_match: 3,
+        max_len: 6,
+    };
+    let steep: Vec<f64> = (0..12).map(|n| 1.0 + 0.01 * n as f64 * n as f64).collect();
+    let flat: Vec<f64> = (0..16).map(|n| 1.0 + 0.002 * n as f64).collect();
+    let dynamics = [
+        DynamicTree::new(steep, 0.03, 3, vec![]).unwrap(),
+        DynamicTree::new(flat, 0.01, 4, vec![]).unwrap(),
+    ];
+    let (mut deepest, mut checked) = (0, 0);
+    // Prompts after which these two models repeat themselves for a while.
+    for (seed, kv, tied) in [MODELS[2], MODELS[3]] {
+        let req = Request {
+            tree_policy: TreePolicy::Always,
+            ..Request::greedy(Prompt::Ids(prompt(seed, 20, 64)), 60)
+        };
+        let plain = tiny_engine(seed, kv, tied)
+            .generate(&req)
+            .unwrap()
+            .output_ids;
+        let device = tiny_engine(seed, kv, tied).model().device();
+        for (di, dynamic) in dynamics.iter().enumerate() {
+            for input in [HeadInput::Hidden, HeadInput::HiddenAndPath] {
+                let cfg = HeadsConfig {
+                    input,
+                    ..heads_config(2, HeadKind::Own)
+                };
+                let heads = MedusaHeads::random(cfg, seed + di as u64, 0.3, &device).unwrap();
+                let engine = tiny_engine(seed, kv, tied)
+                    .with_dynamic_tree(Box::new(HeadProposer::new(heads)), dynamic.clone())
+                    .unwrap()
+                    .with_lookup(Some(lookup))
+                    .unwrap();
+                // The second request starts from what the first learnt of the chains.
+                for policy in [TreePolicy::Always, TreePolicy::Always, TreePolicy::Adaptive] {
+                    let r = Request {
+                        tree_policy: policy,
+                        ..req.clone()
+                    };
+                    let spec = engine.generate(&r).unwrap();
+                    assert_eq!(spec.output_ids, plain, "seed {seed} dynamic {di} {input:?}");
+                    let most = spec.stats.accept_lengths.iter().max().copied();
+                    deepest = deepest.max(most.unwrap_or(0));
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 2 * 2);
+    assert!(
+        deepest > 3,
+        "no lookup node was ever accepted (at most {deepest} tokens a step)"
+    );
+    // Lookup grafts onto dynamic trees only, and needs sane lengths.
+    let static_tree = Tree::from_paths(&TreePreset::Chain(2).paths(), 2, 1).unwrap();
+    let heads = MedusaHeads::random(
+        heads_config(2, HeadKind::Own),
+        1,
+        0.3,
+        &toki_tests::device(),
+    );
+    let engine = tiny_engine(1, 4, true)
+        .with_proposer(Box::new(HeadProposer::new(heads.unwrap())), static_tree)
+        .unwrap();
+    let err = engine
+        .with_lookup(Some(lookup))
+        .err()
+        .expect("static tree refused");
+    assert!(err.to_string().contains("dynamic"), "{err}");
+    let bad = Lookup {
+        min_match: 3,
+        max_match: 2,
+        max_len: 4,
+    };
+    let heads = MedusaHeads::random(
+        heads_config(2, HeadKind::Own),
+        1,
+        0.3,
+        &toki_tests::device(),
+    );
+    let engine = tiny_engine(1, 4, true)
+        .with_dynamic_tree(
+            Box::new(HeadProposer::new(heads.unwrap())),
+            dynamics[0].clone(),
+        )
+        .unwrap();
+    assert!(engine.with_lookup(Some(bad)).is_err());
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use toki_decode::{DynamicTree, Engine, HeadProposer, Prompt, Proposer, Tree, TreePreset};
+use toki_decode::{DynamicTree, Engine, HeadProposer, Lookup, Prompt, Proposer, Tree, TreePreset};
 
 use crate::cmd::calibrate;
 
@@ -27,6 +27,21 @@ pub struct TreeArgs {
     /// path lists are static.
     #[arg(long, value_enum, default_value_t = TreeMode::Dynamic)]
     pub tree_mode: TreeMode,
+    /// Prompt lookup on dynamic trees: graft up to N tokens that followed an earlier
+    /// occurrence of the last 2-4 tokens (prompt or answer) onto each step's tree, as
+    /// deep as they are worth verifying. 0 = off.
+    #[arg(long, default_value_t = 8)]
+    pub lookup: usize,
+}
+
+impl TreeArgs {
+    /// What `--lookup` asks for (`None`: off).
+    pub fn lookup(&self) -> Option<Lookup> {
+        (self.lookup > 0).then(|| Lookup {
+            max_len: self.lookup,
+            ..Lookup::default()
+        })
+    }
 }
 
 /// The tree a request's speculative steps verify.
@@ -46,10 +61,19 @@ impl Chosen {
     }
 
     /// Decode with `heads` on this tree.
-    pub fn install(self, engine: Engine, heads: HeadProposer) -> Result<Engine> {
+    /// Speculation on `engine` with `heads`, and prompt lookup where the tree is dynamic
+    /// (static trees verify fixed nodes: `lookup` is not used).
+    pub fn install(
+        self,
+        engine: Engine,
+        heads: HeadProposer,
+        lookup: Option<Lookup>,
+    ) -> Result<Engine> {
         Ok(match self {
             Self::Static(tree) => engine.with_proposer(Box::new(heads), tree)?,
-            Self::Dynamic(d) => engine.with_dynamic_tree(Box::new(heads), d)?,
+            Self::Dynamic(d) => engine
+                .with_dynamic_tree(Box::new(heads), d)?
+                .with_lookup(lookup)?,
         })
     }
 }

@@ -12,6 +12,7 @@ use crate::adapt::{Policy, StepKind, TreePolicy};
 use crate::dynamic::{Choice, Costs, Feedback};
 use crate::engine::{Emitted, Engine, Speculation, TreeShape};
 use crate::error::{DecodeError, Result};
+use crate::lookup::{Continuation, LookupStats, graft};
 use crate::proposer::{StepInput, node_tokens, propose};
 use crate::request::{FinishReason, Output, Request, Stats};
 use crate::sampling::{Rng, Sampling, draw, filtered_probs};
@@ -165,39 +166,80 @@ fn verify(
     }
 }
 
+/// What a dynamic tree chose for a step, for what the request learns after it.
+struct Chosen {
+    choice: Choice,
+    costs: Costs,
+    /// Per node: the heads' choice (not a node only prompt lookup added).
+    from_heads: Vec<bool>,
+    /// The lookup chain and how many of its tokens the tree holds.
+    lookup: Option<(Continuation, usize)>,
+}
+
 /// A speculative step's node tokens and tree: the static tree filled by the heads, or a
-/// tree sized from their confidence (the root alone when nothing is worth verifying),
-/// with what a dynamic tree chose.
+/// tree sized from their confidence with prompt lookup's chain grafted on (the root alone
+/// when nothing is worth verifying), with what a dynamic tree chose.
 fn draft<'e>(
     engine: &'e Engine,
     s: &'e Speculation,
     input: StepInput<'_>,
     root: u32,
     feedback: &Feedback,
-) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>, Option<(Choice, Costs)>)> {
+    lookup_stats: &LookupStats,
+) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>, Option<Chosen>)> {
     let heads = s.heads.as_ref();
-    match &s.shape {
+    let d = match &s.shape {
         TreeShape::Static { tree, buffers } => {
-            Ok((propose(heads, input, tree)?, Cow::Borrowed(buffers), None))
+            return Ok((propose(heads, input, tree)?, Cow::Borrowed(buffers), None));
         }
-        TreeShape::Dynamic(d) => {
-            // Every node attends to the whole cache: prompt and tokens so far.
-            let costs = d.costs_at(input.history.len());
-            let ranked = heads.rank(input, &vec![d.max_rank; heads.num_heads()])?;
-            let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
-            if choice.paths.is_empty() {
-                return Ok((
-                    vec![root],
-                    Cow::Borrowed(&engine.root_buffers),
-                    Some((choice, costs)),
-                ));
-            }
-            let tree = Tree::from_paths(&choice.paths, heads.num_heads(), d.max_rank)?;
-            let tokens = node_tokens(root, &ranked, &tree)?;
-            let buffers = Cow::Owned(tree.buffers(&engine.device()));
-            Ok((tokens, buffers, Some((choice, costs))))
-        }
+        TreeShape::Dynamic(d) => d,
+    };
+    // Every node attends to the whole cache: prompt and tokens so far.
+    let costs = d.costs_at(input.history.len());
+    let found = s.lookup.and_then(|l| l.find(input.history));
+    let mut ranked = heads.rank(input, &vec![d.max_rank; heads.num_heads()])?;
+    let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
+    let mut paths = choice.paths.clone();
+    let lookup = found.map(|c| {
+        // Chain token j is worth a node when the chance it is reached, times one token,
+        // covers λ times the cost the node adds.
+        let max_nodes = costs.cost.len();
+        let worth = |j: usize, nodes: usize| {
+            let reach: f64 = (0..=j).map(|i| lookup_stats.rate(c.matched, i)).product();
+            nodes < max_nodes
+                && reach >= feedback.lambda * (costs.cost[nodes] - costs.cost[nodes - 1])
+        };
+        let held = graft(&mut ranked, &mut paths, &c.tokens, max_nodes - 1, worth);
+        (c, held)
+    });
+    if paths.is_empty() {
+        let chosen = Chosen {
+            choice,
+            costs,
+            from_heads: vec![true],
+            lookup,
+        };
+        return Ok((
+            vec![root],
+            Cow::Borrowed(&engine.root_buffers),
+            Some(chosen),
+        ));
     }
+    let depth = ranked.len();
+    let widest = ranked.iter().map(Vec::len).max().unwrap_or(0);
+    let tree = Tree::from_paths(&paths, depth, widest)?;
+    let from_heads = (0..tree.len())
+        .map(|i| i == 0 || choice.paths.iter().any(|p| p.as_slice() == tree.path(i)))
+        .collect();
+    let tokens = node_tokens(root, &ranked, &tree)?;
+    let buffers = Cow::Owned(tree.buffers(&engine.device()));
+    let chosen = Chosen {
+        choice,
+        costs,
+        from_heads,
+        lookup,
+    };
+    Ok((tokens, buffers, Some(chosen)))
 }
 
 /// One loop for plain and speculative decoding. Each step: the heads fill the tree from the
@@ -249,6 +291,7 @@ pub(crate) fn run(
     let mut history = prompt_ids.clone();
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
     let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
+    tracing::debug!(prompt_tokens = n, ?prior, "request starts");
     let mut policy = Policy::with_prior(request.tree_policy, prior);
     // Dynamic trees: what steps have yielded so far (see `dynamic`), starting from what
     // earlier requests learnt, weighed down.
@@ -256,6 +299,11 @@ pub(crate) fn run(
         .feedback
         .lock()
         .map(|f| f.carried())
+        .unwrap_or_default();
+    let mut lookup_stats = engine
+        .lookup_stats
+        .lock()
+        .map(|l| l.clone())
         .unwrap_or_default();
     while reason.is_none() {
         let prefix = cache.len();
@@ -278,7 +326,7 @@ pub(crate) fn run(
                     hidden: last_hidden,
                     history: &history,
                 };
-                draft(engine, s, input, root, &feedback)?
+                draft(engine, s, input, root, &feedback, &lookup_stats)?
             }
             None => (vec![root], Cow::Borrowed(&engine.root_buffers), None),
         };
@@ -316,14 +364,33 @@ pub(crate) fn run(
         let kind = match step_spec {
             Some(_) => {
                 stats.speculative_steps += 1;
-                if let Some((c, costs)) = &choice {
-                    feedback.observe(costs, tokens.len(), c, emitted.len());
+                if let Some(c) = &choice {
+                    // The heads' estimates are scored on the heads' own nodes.
+                    let by_heads = verdict
+                        .accepted
+                        .iter()
+                        .filter(|&&i| c.from_heads[i])
+                        .count();
+                    feedback.observe(&c.costs, tokens.len(), &c.choice, emitted.len(), by_heads);
+                    if let Some((chain, held)) = &c.lookup {
+                        lookup_stats.observe(chain.matched, &chain.tokens, *held, &emitted);
+                    }
                 }
                 StepKind::Speculative
             }
             None => StepKind::Plain,
         };
-        policy.observe(kind, step_start.elapsed().as_secs_f64(), emitted.len());
+        let seconds = step_start.elapsed().as_secs_f64();
+        tracing::debug!(
+            step = stats.steps,
+            ?kind,
+            nodes = tokens.len(),
+            lookup = ?choice.as_ref().and_then(|c| c.lookup.as_ref()).map(|(c, held)| (c.matched, *held)),
+            emitted = emitted.len(),
+            ms = seconds * 1e3,
+            "decode step"
+        );
+        policy.observe(kind, seconds, emitted.len());
         reason = progress.push(&emitted, true, &mut on_tokens)?;
     }
     stats.decode_ms = t1.elapsed().as_secs_f64() * 1e3;
@@ -336,6 +403,9 @@ pub(crate) fn run(
         && let Ok(mut f) = engine.feedback.lock()
     {
         *f = feedback;
+        if let Ok(mut l) = engine.lookup_stats.lock() {
+            *l = lookup_stats;
+        }
     }
     stats.head_acceptance = accepted_per_head
         .iter()

@@ -301,8 +301,17 @@ impl Feedback {
     }
 
     /// After a step that verified `nodes` nodes chosen as `choice` at `costs` and emitted
-    /// `tokens` (its accepted depth + 1).
-    pub fn observe(&mut self, costs: &Costs, nodes: usize, choice: &Choice, tokens: usize) {
+    /// `tokens` (its accepted depth + 1), `by_heads` of them along the heads' own nodes
+    /// (the rest along nodes prompt lookup added, [`crate::lookup`]): λ counts every
+    /// token, the estimates' scores only the heads'.
+    pub fn observe(
+        &mut self,
+        costs: &Costs,
+        nodes: usize,
+        choice: &Choice,
+        tokens: usize,
+        by_heads: usize,
+    ) {
         let c = costs.cost[nodes.clamp(1, costs.cost.len()) - 1] + costs.heads;
         self.lambda =
             ((1.0 - Self::ALPHA) * self.lambda + Self::ALPHA * tokens as f64 / c).max(1.0);
@@ -311,7 +320,7 @@ impl Feedback {
             self.expected.resize(choice.reach.len(), 0.0);
         }
         for (d, &p) in choice.reach.iter().enumerate().filter(|(_, p)| **p > 0.0) {
-            let hit = f64::from(u8::from(tokens > d + 1));
+            let hit = f64::from(u8::from(by_heads > d + 1));
             self.reached[d] = Self::DECAY * self.reached[d] + hit;
             self.expected[d] = Self::DECAY * self.expected[d] + p;
         }
@@ -462,7 +471,7 @@ mod tests {
         };
         // 3 tokens for 1.1 + 0.1 units
         let mut fb = Feedback::default();
-        fb.observe(&t.costs_at(128), 3, &chain, 3);
+        fb.observe(&t.costs_at(128), 3, &chain, 3, 3);
         assert!((fb.lambda - (0.75 + 0.25 * 3.0 / 1.2)).abs() < 1e-12);
         let mut fb = Feedback::default();
         fb.observe(
@@ -472,6 +481,7 @@ mod tests {
                 paths: vec![],
                 reach: vec![0.0; 2],
             },
+            1,
             1,
         );
         assert_eq!(fb.lambda, 1.0);
@@ -487,12 +497,19 @@ mod tests {
         // Head 1 is right as often as estimated, heads 2 and 3 never: depth 1 keeps its
         // node, the deeper ones go.
         for _ in 0..10 {
-            fb.observe(&t.costs_at(128), 4, &before, 2);
+            fb.observe(&t.costs_at(128), 4, &before, 2, 2);
         }
         fb.lambda = 1.5;
         assert!((fb.factor(0) - 1.0).abs() < 0.3, "{}", fb.factor(0));
         assert!(fb.factor(1) < 0.3, "{}", fb.factor(1));
         assert_eq!(t.choose(&r, &fb, &t.costs_at(128)).paths, vec![vec![0]]);
+        // Tokens that came along prompt lookup's nodes raise λ but not the heads' scores.
+        let mut fb = at(1.2);
+        for _ in 0..10 {
+            fb.observe(&t.costs_at(128), 6, &before, 5, 1);
+        }
+        assert!(fb.lambda > 2.0, "{}", fb.lambda);
+        assert!(fb.factor(0) < 0.5, "{}", fb.factor(0));
         // Trees grow where the heads do better than estimated.
         let mut fb = at(1.2);
         let small = ranked(&[&[0.3, 0.1], &[0.3], &[0.3]]);
@@ -501,7 +518,7 @@ mod tests {
             reach: vec![0.3, 0.09],
         };
         for _ in 0..10 {
-            fb.observe(&t.costs_at(128), 3, &chain, 3);
+            fb.observe(&t.costs_at(128), 3, &chain, 3, 3);
         }
         fb.lambda = 1.2;
         assert!(fb.factor(0) > 1.5 && fb.factor(1) > 1.5, "{fb:?}");

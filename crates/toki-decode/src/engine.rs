@@ -13,6 +13,7 @@ use crate::acceptance::{AcceptRule, Acceptance, Lossless, Typical};
 use crate::adapt::Estimates;
 use crate::dynamic::{DynamicTree, Feedback};
 use crate::error::{DecodeError, Result};
+use crate::lookup::{Lookup, LookupStats};
 use crate::proposer::{HeadProposer, Proposer};
 use crate::request::{Output, Prompt, Request};
 use crate::tree::{Tree, TreeBuffers};
@@ -49,12 +50,16 @@ pub struct Engine {
     pub(crate) estimates: std::sync::Mutex<Estimates>,
     /// What dynamic trees learnt in earlier requests (reset with the tree).
     pub(crate) feedback: std::sync::Mutex<Feedback>,
+    /// How often prompt lookup's chains were right (reset with the tree).
+    pub(crate) lookup_stats: std::sync::Mutex<LookupStats>,
 }
 
 /// The proposer (Medusa heads) and the tree it fills.
 pub struct Speculation {
     pub heads: Box<dyn Proposer>,
     pub shape: TreeShape,
+    /// Prompt lookup chains grafted onto dynamic trees ([`crate::lookup`]).
+    pub lookup: Option<Lookup>,
 }
 
 /// Which tree a speculative step verifies.
@@ -147,6 +152,7 @@ impl Engine {
             root_buffers,
             estimates: Default::default(),
             feedback: Default::default(),
+            lookup_stats: Default::default(),
         }
     }
 
@@ -176,9 +182,9 @@ impl Engine {
         self.speculation = Some(Speculation {
             heads,
             shape: TreeShape::Static { tree, buffers },
+            lookup: None,
         });
-        self.estimates = Default::default();
-        self.feedback = Default::default();
+        self.reset_learnt();
         Ok(self)
     }
 
@@ -198,10 +204,41 @@ impl Engine {
         self.speculation = Some(Speculation {
             heads,
             shape: TreeShape::Dynamic(dynamic),
+            lookup: None,
         });
+        self.reset_learnt();
+        Ok(self)
+    }
+
+    /// Graft prompt lookup chains onto the dynamic tree's steps ([`crate::lookup`]), or
+    /// stop (`None`). Static trees verify the same nodes every step: they take none.
+    pub fn with_lookup(mut self, lookup: Option<Lookup>) -> Result<Self> {
+        let Some(spec) = self.speculation.as_mut() else {
+            return Err(DecodeError::Tree(
+                "prompt lookup needs heads and a dynamic tree".into(),
+            ));
+        };
+        if lookup.is_some() && !matches!(spec.shape, TreeShape::Dynamic(_)) {
+            return Err(DecodeError::Tree(
+                "prompt lookup grafts onto dynamic trees; this engine has a static one".into(),
+            ));
+        }
+        if let Some(l) = lookup
+            && (l.min_match == 0 || l.min_match > l.max_match || l.max_len == 0)
+        {
+            return Err(DecodeError::Tree(format!(
+                "prompt lookup needs 1 <= min_match <= max_match and max_len >= 1, got {l:?}"
+            )));
+        }
+        spec.lookup = lookup;
+        self.reset_learnt();
+        Ok(self)
+    }
+
+    fn reset_learnt(&mut self) {
         self.estimates = Default::default();
         self.feedback = Default::default();
-        Ok(self)
+        self.lookup_stats = Default::default();
     }
 
     /// Drop the heads: plain decoding from now on (the model is kept).

@@ -178,6 +178,13 @@ impl Tree {
     pub fn parent(&self, node: usize) -> usize {
         self.parent[node]
     }
+    /// Node `i`'s path (empty for the root).
+    pub fn path(&self, node: usize) -> &[usize] {
+        match node {
+            0 => &[],
+            i => &self.paths[i - 1],
+        }
+    }
     /// (head, rank) that supplies node `i` (i >= 1).
     pub fn source(&self, node: usize) -> (usize, usize) {
         let p = &self.paths[node - 1];

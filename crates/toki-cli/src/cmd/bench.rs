@@ -201,14 +201,23 @@ pub fn run(a: Args) -> Result<()> {
     let tree = a
         .tree
         .resolve(&engine, &heads, &calib, a.max_new_tokens.min(64))?;
-    let tree_desc = tree.describe();
+    let tree_desc = match (&tree, a.tree.lookup()) {
+        (crate::tree::Chosen::Dynamic(_), Some(l)) => {
+            format!(
+                "{}, prompt lookup up to {} tokens",
+                tree.describe(),
+                l.max_len
+            )
+        }
+        _ => tree.describe(),
+    };
     // Columns the heads score: the draft vocabulary, or the whole vocabulary.
     let draft_vocab = heads
         .draft()
         .map_or(engine.model().config().vocab_size, |d| d.len());
     tracing::info!("heads score {draft_vocab} tokens");
     eprintln!("tree: {tree_desc}");
-    let engine = tree.install(engine, heads)?;
+    let engine = tree.install(engine, heads, a.tree.lookup())?;
     let spec_policy = if a.no_adapt {
         TreePolicy::Always
     } else {

@@ -162,7 +162,7 @@ pub fn run(a: Args) -> Result<()> {
         let heads = crate::heads::load(dir, &engine, a.draft)?;
         let tree = a.tree.resolve(&engine, &heads, &[], 0)?;
         tracing::info!("tree: {}", tree.describe());
-        engine = tree.install(engine, heads)?;
+        engine = tree.install(engine, heads, a.tree.lookup())?;
     }
     let prompt = if a.chat {
         Prompt::Chat(vec![Message::user(a.prompt.clone())])
