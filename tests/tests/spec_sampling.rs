@@ -12,8 +12,8 @@
 use toki_decode::acceptance::{AcceptRule, Choice, Dist, prob};
 use toki_decode::sampling::{Rng, SampleParams, filtered_probs};
 use toki_decode::{
-    Acceptance, DynamicTree, Engine, HeadProposer, Prompt, Request, Sampling, Tree, TreePolicy,
-    TreePreset,
+    Acceptance, DynamicTree, Engine, HeadProposer, Lookup, Prompt, Request, Sampling, Tree,
+    TreePolicy, TreePreset,
 };
 use toki_model::testing::tiny_config;
 use toki_model::weights::RandomWeights;
@@ -42,6 +42,9 @@ enum Shape<'a> {
     /// Sized each step from the heads' probabilities; verification nearly free, so trees
     /// are wide where the heads are unsure and deep where they are sure.
     Dynamic,
+    /// The same with prompt lookup chains grafted on (one-token matches, so that the
+    /// 7-token histories find some).
+    DynamicLookup,
 }
 
 fn with_heads(e: Engine, random: bool, shape: Shape<'_>) -> Engine {
@@ -57,10 +60,16 @@ fn with_heads(e: Engine, random: bool, shape: Shape<'_>) -> Engine {
             let tree = Tree::from_paths(paths, 3, VOCAB).expect("tree");
             e.with_heads(heads, tree).expect("speculation")
         }
-        Shape::Dynamic => {
+        Shape::Dynamic | Shape::DynamicLookup => {
             let cost = (0..12).map(|n| 1.0 + 0.05 * n as f64).collect();
             let dynamic = DynamicTree::new(cost, 0.0, 3, vec![]).expect("dynamic tree");
+            let lookup = matches!(shape, Shape::DynamicLookup).then_some(Lookup {
+                min_match: 1,
+                max_match: 2,
+                max_len: 3,
+            });
             e.with_dynamic_tree(Box::new(HeadProposer::new(heads)), dynamic)
+                .and_then(|e| e.with_lookup(lookup))
                 .expect("speculation")
         }
     }
@@ -196,6 +205,11 @@ fn speculative_sampling_matches_plain_sampling() {
             Some((false, Shape::Dynamic)),
             params(1.0, 0, 1.0),
         ),
+        (
+            "dynamic tree + prompt lookup random heads T=1",
+            Some((true, Shape::DynamicLookup)),
+            params(1.0, 0, 1.0),
+        ),
     ];
     for (name, spec, p) in cases {
         let speculative = spec.is_some();
@@ -210,8 +224,8 @@ fn speculative_sampling_matches_plain_sampling() {
             "{name}: chi2 {stat:.1} (df {df}, 0.999 critical {crit:.1}), TV {tv:.4}, tokens/step {tau:.2}"
         );
         if stat >= crit {
-            // At the 0.999 quantile one correct case in a thousand fails by chance (five
-            // cases: one run in two hundred). A second, independent batch of seeds decides:
+            // At the 0.999 quantile one correct case in a thousand fails by chance (six
+            // cases: one run in about 170). A second, independent batch of seeds decides:
             // a biased sampler fails both, a chance failure passes with probability 0.999.
             let (obs, _) = counts(&e, &p, None, SAMPLES);
             let (again, _, _, tv) = chi_square(&obs, &exact);

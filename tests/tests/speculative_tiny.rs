@@ -195,7 +195,7 @@ fn prompt_lookup_grafts_equal_plain_on_tiny_models() {
         DynamicTree::new(steep, 0.03, 3, vec![]).unwrap(),
         DynamicTree::new(flat, 0.01, 4, vec![]).unwrap(),
     ];
-    let (mut deepest, mut checked) = (0, 0);
+    let (mut deepest, mut checked, mut by_lookup) = (0, 0, 0);
     // Prompts after which these two models repeat themselves for a while.
     for (seed, kv, tied) in [MODELS[2], MODELS[3]] {
         let req = Request {
@@ -229,6 +229,7 @@ fn prompt_lookup_grafts_equal_plain_on_tiny_models() {
                     assert_eq!(spec.output_ids, plain, "seed {seed} dynamic {di} {input:?}");
                     let most = spec.stats.accept_lengths.iter().max().copied();
                     deepest = deepest.max(most.unwrap_or(0));
+                    by_lookup += spec.stats.lookup_tokens;
                 }
                 checked += 1;
             }
@@ -239,6 +240,7 @@ fn prompt_lookup_grafts_equal_plain_on_tiny_models() {
         deepest > 3,
         "no lookup node was ever accepted (at most {deepest} tokens a step)"
     );
+    assert!(by_lookup > 0, "no token was accepted on a lookup node");
     // Lookup grafts onto dynamic trees only, and needs sane lengths.
     let static_tree = Tree::from_paths(&TreePreset::Chain(2).paths(), 2, 1).unwrap();
     let heads = MedusaHeads::random(

@@ -371,6 +371,7 @@ pub(crate) fn run(
                         .iter()
                         .filter(|&&i| c.from_heads[i])
                         .count();
+                    stats.lookup_tokens += verdict.accepted.len() - by_heads;
                     feedback.observe(&c.costs, tokens.len(), &c.choice, emitted.len(), by_heads);
                     if let Some((chain, held)) = &c.lookup {
                         lookup_stats.observe(chain.matched, &chain.tokens, *held, &emitted);

@@ -83,8 +83,11 @@ pub struct Stats {
     pub accept_lengths: Vec<usize>,
     /// Mean of `accept_lengths`: τ, tokens per base-model pass.
     pub mean_accepted: f64,
-    /// Per head k: the fraction of speculative steps in which head k's proposal was accepted.
+    /// Per depth k: the fraction of speculative steps whose accepted path reached depth k
+    /// (head k's proposal, or a prompt lookup token at that depth).
     pub head_acceptance: Vec<f64>,
+    /// Tokens accepted on nodes only prompt lookup proposed ([`crate::lookup`]).
+    pub lookup_tokens: usize,
 }
 
 /// The result of a request.

@@ -133,6 +133,8 @@ pub struct PromptResult {
     /// Tree nodes verified per step of the speculative runs (roots included).
     pub nodes_per_step: f64,
     pub head_acceptance: Vec<f64>,
+    /// Share of the speculative run's tokens accepted on nodes only prompt lookup proposed.
+    pub lookup_share: f64,
     pub tokens: usize,
     pub identical: bool,
 }
@@ -149,6 +151,7 @@ pub struct Summary {
     pub speedup_max: f64,
     pub nodes_per_step: f64,
     pub head_acceptance: Vec<f64>,
+    pub lookup_share: f64,
 }
 
 pub fn summarize(rs: &[&PromptResult]) -> Summary {
@@ -176,6 +179,7 @@ pub fn summarize(rs: &[&PromptResult]) -> Summary {
         speedup_min: s.first().copied().unwrap_or(0.0),
         speedup_max: s.last().copied().unwrap_or(0.0),
         nodes_per_step: mean(&|r| r.nodes_per_step),
+        lookup_share: mean(&|r| r.lookup_share),
         head_acceptance: (0..heads)
             .map(|k| mean(&|r| r.head_acceptance.get(k).copied().unwrap_or(0.0)))
             .collect(),
@@ -241,7 +245,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut results = vec![];
     for (index, p) in prompts.iter().enumerate() {
         let (mut plain_tps, mut spec_tps, mut tau, mut identical) = (0.0, 0.0, 0.0, true);
-        let mut nodes = 0.0;
+        let (mut nodes, mut lookup) = (0.0, 0.0);
         let mut heads_acc: Vec<f64> = vec![];
         let mut tokens = 0;
         for rep in 0..a.repeat.max(1) {
@@ -259,6 +263,7 @@ pub fn run(a: Args) -> Result<()> {
             tau += tokens_per_pass(&spec);
             nodes += spec.stats.verified_nodes as f64 / spec.stats.steps.max(1) as f64;
             tokens += spec.output_ids.len();
+            lookup += spec.stats.lookup_tokens as f64 / spec.output_ids.len().max(1) as f64;
             if heads_acc.is_empty() {
                 heads_acc = vec![0.0; spec.stats.head_acceptance.len()];
             }
@@ -283,6 +288,7 @@ pub fn run(a: Args) -> Result<()> {
             tau: tau / r,
             nodes_per_step: nodes / r,
             head_acceptance: heads_acc.iter().map(|x| x / r).collect(),
+            lookup_share: lookup / r,
             tokens,
             identical,
         });
