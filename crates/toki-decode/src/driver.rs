@@ -243,7 +243,8 @@ fn draft<'e>(
 }
 
 /// One loop for plain and speculative decoding. Each step: the heads fill the tree from the
-/// last accepted hidden state, with the base's own next token at the root; one base pass
+/// last accepted hidden state, with the base's own next token at the root (on dynamic trees
+/// prompt lookup grafts its chain onto it, [`crate::lookup`]); one base pass
 /// verifies every node; the path the verifier accepts is kept (cache compacted to it) and
 /// the base's token after it is emitted too. Without heads the tree is the root alone,
 /// which is plain decoding.

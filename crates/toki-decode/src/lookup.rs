@@ -14,10 +14,11 @@
 //! when the ones before it were), starting from an even guess.
 //!
 //! ```text
-//!   history   ... def area ( r ) : return 3.14 * r * r \n print ( area ( r ) )
-//!                                                                    ^^^^^^^^ last 3 tokens
-//!   earlier   ... def area ( r ) : return ...                    "area ( r" matched
-//!   proposes  ") : return 3.14 ..."   (what followed then)
+//!   history    def area ( r ) : return 3.14 * r * r \n x = area ( r
+//!                  ^^^^^^^^                                ^^^^^^^^  the last 3 tokens,
+//!                  their latest earlier occurrence         matched
+//!   proposes   ) : return 3.14 * r * r      what followed it there (the base verifies:
+//!                                           here ")" is right, ":" is not)
 //! ```
 //!
 //! The output is unchanged: grafted nodes are verified by the base like any other.
