@@ -52,15 +52,20 @@ pub enum Chosen {
 }
 
 impl Chosen {
-    /// For logs and reports: "dynamic (up to N nodes)" or "N nodes".
-    pub fn describe(&self) -> String {
-        match self {
-            Self::Static(t) => format!("static, {} nodes, depth {}", t.len(), t.depth()),
-            Self::Dynamic(d) => format!("dynamic, up to {} nodes", d.max_nodes()),
+    /// For logs and reports: "static, N nodes, depth D" or "dynamic, up to N nodes", and
+    /// the prompt lookup `install` would add.
+    pub fn describe(&self, lookup: Option<Lookup>) -> String {
+        match (self, lookup) {
+            (Self::Static(t), _) => format!("static, {} nodes, depth {}", t.len(), t.depth()),
+            (Self::Dynamic(d), None) => format!("dynamic, up to {} nodes", d.max_nodes()),
+            (Self::Dynamic(d), Some(l)) => format!(
+                "dynamic, up to {} nodes, prompt lookup up to {} tokens",
+                d.max_nodes(),
+                l.max_len
+            ),
         }
     }
 
-    /// Decode with `heads` on this tree.
     /// Speculation on `engine` with `heads`, and prompt lookup where the tree is dynamic
     /// (static trees verify fixed nodes: `lookup` is not used).
     pub fn install(

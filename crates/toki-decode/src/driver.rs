@@ -209,7 +209,7 @@ fn draft<'e>(
             nodes < max_nodes
                 && reach >= feedback.lambda * (costs.cost[nodes] - costs.cost[nodes - 1])
         };
-        let held = graft(&mut ranked, &mut paths, &c.tokens, max_nodes - 1, worth);
+        let held = graft(&mut ranked, &mut paths, &c.tokens, worth);
         (c, held)
     });
     if paths.is_empty() {

@@ -213,22 +213,26 @@ impl Engine {
     /// Graft prompt lookup chains onto the dynamic tree's steps ([`crate::lookup`]), or
     /// stop (`None`). Static trees verify the same nodes every step: they take none.
     pub fn with_lookup(mut self, lookup: Option<Lookup>) -> Result<Self> {
-        let Some(spec) = self.speculation.as_mut() else {
-            return Err(DecodeError::Tree(
-                "prompt lookup needs heads and a dynamic tree".into(),
-            ));
+        let spec = match (self.speculation.as_mut(), lookup) {
+            (Some(spec), _) => spec,
+            (None, None) => return Ok(self),
+            (None, Some(_)) => {
+                return Err(DecodeError::Tree(
+                    "prompt lookup needs heads and a dynamic tree".into(),
+                ));
+            }
         };
-        if lookup.is_some() && !matches!(spec.shape, TreeShape::Dynamic(_)) {
-            return Err(DecodeError::Tree(
-                "prompt lookup grafts onto dynamic trees; this engine has a static one".into(),
-            ));
-        }
-        if let Some(l) = lookup
-            && (l.min_match == 0 || l.min_match > l.max_match || l.max_len == 0)
-        {
-            return Err(DecodeError::Tree(format!(
-                "prompt lookup needs 1 <= min_match <= max_match and max_len >= 1, got {l:?}"
-            )));
+        if let Some(l) = lookup {
+            if !matches!(spec.shape, TreeShape::Dynamic(_)) {
+                return Err(DecodeError::Tree(
+                    "prompt lookup grafts onto dynamic trees; this engine has a static one".into(),
+                ));
+            }
+            if l.min_match == 0 || l.min_match > l.max_match || l.max_len == 0 {
+                return Err(DecodeError::Tree(format!(
+                    "prompt lookup needs 1 <= min_match <= max_match and max_len >= 1, got {l:?}"
+                )));
+            }
         }
         spec.lookup = lookup;
         self.reset_learnt();

@@ -143,18 +143,17 @@ impl LookupStats {
 
 /// Add `chain` under the root of the tree `paths` over `ranked` (extended in place, depth
 /// by depth): a token a head ranks at its depth reuses that rank, others are appended as
-/// an extra rank with probability 0. At most `budget` new nodes are added, and only while
-/// `worth(j, nodes)` (chain token j, the tree's node count before adding it) says so;
+/// an extra rank with probability 0. New nodes are added only while `worth(j, nodes)`
+/// (chain token j, the tree's node count before adding it) says so, which also bounds the
+/// tree's size;
 /// nodes already in the tree cost nothing. Returns how many chain tokens the tree holds.
 pub fn graft(
     ranked: &mut Vec<Ranked>,
     paths: &mut Vec<Vec<usize>>,
     chain: &[u32],
-    budget: usize,
     mut worth: impl FnMut(usize, usize) -> bool,
 ) -> usize {
     let mut path: Vec<usize> = vec![];
-    let mut added = 0;
     for (j, &token) in chain.iter().enumerate() {
         let at_depth = ranked.get(j).map_or(&[][..], |r| &r[..]);
         let known = at_depth.iter().position(|&(t, _)| t == token);
@@ -162,7 +161,7 @@ pub fn graft(
         if paths.contains(&path) {
             continue;
         }
-        if added == budget || !worth(j, paths.len() + 1) {
+        if !worth(j, paths.len() + 1) {
             path.pop();
             break;
         }
@@ -173,7 +172,6 @@ pub fn graft(
             ranked[j].push((token, 0.0));
         }
         paths.push(path.clone());
-        added += 1;
     }
     path.len()
 }
@@ -239,16 +237,16 @@ mod tests {
         let mut paths = vec![vec![0], vec![0, 0]];
         // Chain 10 21 30 31: shares [0], then adds [0, 1] (21 appended to depth 1) and
         // [0, 1, 0] (a new depth); the fourth token is not worth a node.
-        let held = graft(&mut ranked, &mut paths, &[10, 21, 30, 31], 8, |j, _| j < 3);
+        let held = graft(&mut ranked, &mut paths, &[10, 21, 30, 31], |j, _| j < 3);
         assert_eq!(held, 3);
         assert_eq!(paths, vec![vec![0], vec![0, 0], vec![0, 1], vec![0, 1, 0]]);
         assert_eq!(ranked[1], vec![(20, 0.5), (21, 0.0)]);
         assert_eq!(ranked[2], vec![(30, 0.0)]);
         assert_eq!(ranked.len(), 3, "no depth for the token left out");
-        // A budget of one new node.
+        // Room for one new node (a tree of at most two).
         let mut ranked: Vec<Ranked> = vec![vec![(10, 0.6)]];
         let mut paths = vec![];
-        assert_eq!(graft(&mut ranked, &mut paths, &[11, 12], 1, |_, _| true), 1);
+        assert_eq!(graft(&mut ranked, &mut paths, &[11, 12], |_, n| n < 2), 1);
         assert_eq!(paths, vec![vec![1]]);
     }
 }

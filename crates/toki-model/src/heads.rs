@@ -24,9 +24,9 @@
 //! `HiddenAndNext` reads the first line (F_k,0); `HiddenAndPath` reads them all: head k
 //! reads the root and the top-1 proposals of heads 0..k-1 when decoding
 //! ([`MedusaHeads::forward`]: the heads run one after another), and the data's own tokens in
-//! training ([`MedusaHeads::forward_on`] with [`HeadPath::Given`]). A tree node whose path leaves the top-1 chain
-//! and then continues gets proposals conditioned on the chain, not on its own path: they
-//! are only proposals, the base still verifies every one.
+//! training ([`MedusaHeads::forward_on`] with [`HeadPath::Given`]). A tree node whose path
+//! leaves the top-1 chain and then continues gets proposals conditioned on the chain, not on
+//! its own path: they are only proposals, the base still verifies every one.
 //!
 //! Files: `heads.safetensors` + `heads.json` (native), or the reference implementation's
 //! `medusa_lm_head.safetensors` + `config.json` (`medusa_num_heads`, `medusa_num_layers`).

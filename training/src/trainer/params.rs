@@ -47,9 +47,9 @@ impl Trainer<'_> {
 
 /// Logits [K * B, V] (or [K * B, N] over a draft vocabulary `draft` [N]) of every head
 /// (head-major) for hidden states x [B, D] and the path tokens' embeddings `path` (entry
-/// j [B, D]: token t+1+j; each head reads [`toki_model::HeadInput::path_len`] of them). `params` in
-/// [`toki_model::MedusaHeads::tensor_names`] order; `lm` the base lm_head [D, V], already cut to the
-/// draft columns (the shared kind).
+/// j [B, D]: token t+1+j; each head reads [`toki_model::HeadInput::path_len`] of them).
+/// `params` in [`toki_model::MedusaHeads::tensor_names`] order; `lm` the base lm_head [D, V],
+/// already cut to the draft columns (the shared kind).
 pub(super) fn head_logits(
     params: &[Tensor<2>],
     cfg: &HeadsConfig,

@@ -205,16 +205,7 @@ pub fn run(a: Args) -> Result<()> {
     let tree = a
         .tree
         .resolve(&engine, &heads, &calib, a.max_new_tokens.min(64))?;
-    let tree_desc = match (&tree, a.tree.lookup()) {
-        (crate::tree::Chosen::Dynamic(_), Some(l)) => {
-            format!(
-                "{}, prompt lookup up to {} tokens",
-                tree.describe(),
-                l.max_len
-            )
-        }
-        _ => tree.describe(),
-    };
+    let tree_desc = tree.describe(a.tree.lookup());
     // Columns the heads score: the draft vocabulary, or the whole vocabulary.
     let draft_vocab = heads
         .draft()

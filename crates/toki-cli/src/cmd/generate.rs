@@ -161,7 +161,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(dir) = &a.heads {
         let heads = crate::heads::load(dir, &engine, a.draft)?;
         let tree = a.tree.resolve(&engine, &heads, &[], 0)?;
-        tracing::info!("tree: {}", tree.describe());
+        tracing::info!("tree: {}", tree.describe(a.tree.lookup()));
         engine = tree.install(engine, heads, a.tree.lookup())?;
     }
     let prompt = if a.chat {
