@@ -3,13 +3,13 @@
 //!
 //! It measures what it decides on, on this hardware and this request: the wall time of a
 //! plain step `t_p`, of a speculative step `t_s`, and the tokens a speculative step yields
-//! `τ` (moving averages). Speculation pays when `τ / t_s > 1 / t_p`. When it does not, the
-//! policy decodes plainly for a back-off period (doubling while speculation keeps failing,
-//! up to a cap), then probes the tree again; when it pays, the back-off resets. Each probe
-//! decides on the acceptance it measures itself (τ starts afresh), so a request whose text
-//! the heads cannot guess backs off after one probe even when the requests before it paid.
-//! Greedy and lossless outputs do not depend on the choice: both kinds of step emit the
-//! base's tokens.
+//! `τ` (moving averages, τ's over a longer window: see `TAU_WINDOW`). Speculation pays when
+//! `τ / t_s > 1 / t_p`. When it does not, the policy decodes plainly for a back-off period
+//! (doubling while speculation keeps failing, up to a cap), then probes the tree again;
+//! when it pays, the back-off resets. Each probe decides on the acceptance it measures
+//! itself (τ starts afresh), so a request whose text the heads cannot guess backs off after
+//! one probe even when the requests before it paid. Greedy and lossless outputs do not
+//! depend on the choice: both kinds of step emit the base's tokens.
 
 /// When a request with heads verifies a tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,6 +52,8 @@ pub struct Policy {
     plain_s: Option<f64>,
     spec_s: Option<f64>,
     tau: Option<f64>,
+    /// Speculative steps behind `tau` since it started afresh (its weight: see `TAU_WINDOW`).
+    tau_steps: usize,
     /// Plain steps left before the next probe.
     plain_left: usize,
     backoff: usize,
@@ -60,6 +62,11 @@ pub struct Policy {
 }
 
 const ALPHA: f64 = 0.25;
+/// τ is the mean of a probe's steps until it holds this many, then a moving average over
+/// about as many: a step's yield varies far more than its time (1 token on half of the
+/// steps of an answer whose mean is 1.6), so a few unlucky steps must not send an answer
+/// that pays into back-off, while the first probe still decides on its own 4 steps.
+const TAU_WINDOW: usize = 16;
 const FIRST_BACKOFF: usize = 8;
 const MAX_BACKOFF: usize = 128;
 const PROBE: usize = 4;
@@ -91,6 +98,7 @@ impl Policy {
             None => {}
         }
         p.tau = None;
+        p.tau_steps = 0;
         p
     }
 
@@ -110,6 +118,7 @@ impl Policy {
             plain_s: None,
             spec_s: None,
             tau: None,
+            tau_steps: 0,
             plain_left: if policy == TreePolicy::Adaptive {
                 PLAIN_WARMUP
             } else {
@@ -147,11 +156,17 @@ impl Policy {
                     // A probe starts: it judges the tree on what it measures now.
                     self.probe_left = PROBE;
                     self.tau = None;
+                    self.tau_steps = 0;
                 }
             }
             StepKind::Speculative => {
                 self.spec_s = ema(self.spec_s, seconds);
-                self.tau = ema(self.tau, tokens as f64);
+                self.tau_steps += 1;
+                let w = 1.0 / self.tau_steps.min(TAU_WINDOW) as f64;
+                self.tau = Some(
+                    self.tau
+                        .map_or(tokens as f64, |t| (1.0 - w) * t + w * tokens as f64),
+                );
                 self.probe_left = self.probe_left.saturating_sub(1);
                 if self.policy != TreePolicy::Adaptive || self.probe_left > 0 {
                     return;
@@ -195,6 +210,26 @@ mod tests {
         let spec = drive(&mut p, 100, 1.0, 1.5, 3);
         assert_eq!(spec, 100 - PLAIN_WARMUP);
         assert!(p.ratio().unwrap() > 1.9);
+    }
+
+    #[test]
+    fn a_few_unlucky_steps_do_not_end_speculation_that_pays() {
+        // Tree steps yield 2, 3, 2, 3 tokens, then 1 four times in a row (mean 1.75), at
+        // 1.5x a plain step's time: speculation pays 1.17x. A moving average over the last
+        // few steps dips below 1.5 after each run of ones and would back off.
+        let yields = [2, 3, 2, 3, 1, 1, 1, 1];
+        let mut p = Policy::new(TreePolicy::Adaptive);
+        let mut spec = 0;
+        for _ in 0..200 {
+            match p.next() {
+                StepKind::Plain => p.observe(StepKind::Plain, 1.0, 1),
+                StepKind::Speculative => {
+                    p.observe(StepKind::Speculative, 1.5, yields[spec % yields.len()]);
+                    spec += 1;
+                }
+            }
+        }
+        assert_eq!(spec, 200 - PLAIN_WARMUP, "it backed off");
     }
 
     #[test]
