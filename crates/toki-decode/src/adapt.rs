@@ -61,6 +61,7 @@ pub struct Policy {
     probe_left: usize,
 }
 
+/// Weight of the newest step time in the times' moving averages.
 const ALPHA: f64 = 0.25;
 /// τ is the mean of a probe's steps until it holds this many, then a moving average over
 /// about as many: a step's yield varies far more than its time (1 token on half of the
