@@ -74,8 +74,9 @@ const PROBE: usize = 4;
 /// Plain steps run first to time one (the first decode step also warms caches).
 const PLAIN_WARMUP: usize = 2;
 
-fn ema(old: Option<f64>, x: f64) -> Option<f64> {
-    Some(old.map_or(x, |o| (1.0 - ALPHA) * o + ALPHA * x))
+/// A moving average giving `x` the weight `w` (the first value as it is).
+fn ema(old: Option<f64>, x: f64, w: f64) -> Option<f64> {
+    Some(old.map_or(x, |o| (1.0 - w) * o + w * x))
 }
 
 impl Policy {
@@ -99,7 +100,6 @@ impl Policy {
             None => {}
         }
         p.tau = None;
-        p.tau_steps = 0;
         p
     }
 
@@ -151,7 +151,7 @@ impl Policy {
     pub fn observe(&mut self, kind: StepKind, seconds: f64, tokens: usize) {
         match kind {
             StepKind::Plain => {
-                self.plain_s = ema(self.plain_s, seconds);
+                self.plain_s = ema(self.plain_s, seconds, ALPHA);
                 self.plain_left = self.plain_left.saturating_sub(1);
                 if self.plain_left == 0 {
                     // A probe starts: it judges the tree on what it measures now.
@@ -161,13 +161,10 @@ impl Policy {
                 }
             }
             StepKind::Speculative => {
-                self.spec_s = ema(self.spec_s, seconds);
+                self.spec_s = ema(self.spec_s, seconds, ALPHA);
                 self.tau_steps += 1;
                 let w = 1.0 / self.tau_steps.min(TAU_WINDOW) as f64;
-                self.tau = Some(
-                    self.tau
-                        .map_or(tokens as f64, |t| (1.0 - w) * t + w * tokens as f64),
-                );
+                self.tau = ema(self.tau, tokens as f64, w);
                 self.probe_left = self.probe_left.saturating_sub(1);
                 if self.policy != TreePolicy::Adaptive || self.probe_left > 0 {
                     return;
