@@ -343,9 +343,10 @@ fn curve(
     sizes: Option<&[usize]>,
 ) -> Result<(Vec<usize>, Vec<f64>)> {
     // A shared machine drifts: after a first pass, ROUNDS more passes over all the sizes,
-    // and the median of each size's rounds.
+    // and the median of each size's rounds. Each size is run once unmeasured first: a GPU
+    // backend compiles (and may autotune) kernels for a new shape on its first pass, which
+    // must not end the sweep as if that size cost that much.
     const ROUNDS: usize = 5;
-    pass(1)?; // warm-up
     let mut used = vec![];
     let mut rounds: Vec<Vec<f64>> = vec![];
     for &n in sizes.unwrap_or(&SIZES) {
@@ -356,6 +357,7 @@ fn curve(
         {
             break;
         }
+        pass(n)?; // warm-up
         used.push(n);
         rounds.push(vec![pass(n)?]);
     }
@@ -504,5 +506,27 @@ mod tests {
             fit.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12),
             "{fit:?}"
         );
+    }
+
+    #[test]
+    fn a_slow_first_pass_per_size_does_not_cut_the_cost_curve_short() {
+        // A JIT backend: the first pass at each size compiles (100 units), later passes
+        // cost 1 + n/64. Every size is measured, at its steady cost.
+        let mut seen = std::collections::HashSet::new();
+        let pass = |n: usize| -> Result<f64> {
+            Ok(if seen.insert(n) {
+                100.0
+            } else {
+                1.0 + n as f64 / 64.0
+            })
+        };
+        let (used, cost) = curve(pass, None).expect("curve");
+        assert_eq!(used, SIZES.to_vec());
+        assert_eq!(cost.len(), 64);
+        assert!((cost[0] - (1.0 + 1.0 / 64.0)).abs() < 1e-12, "{cost:?}");
+        assert!((cost[63] - 2.0).abs() < 1e-12, "{cost:?}");
+        // A steep curve still stops once a size costs more than MAX_COST one-node passes.
+        let (used, _) = curve(|n| Ok(n as f64), None).expect("curve");
+        assert_eq!(used.last(), Some(&6), "{used:?}");
     }
 }
