@@ -137,6 +137,8 @@ pub struct PromptResult {
     pub lookup_share: f64,
     pub tokens: usize,
     pub identical: bool,
+    /// The plain (greedy: the reference) output of the last pair, to compare across backends.
+    pub output_ids: Vec<u32>,
 }
 
 /// Aggregates of a group of prompts.
@@ -239,6 +241,7 @@ pub fn run(a: Args) -> Result<()> {
         let (mut nodes, mut lookup) = (0.0, 0.0);
         let mut heads_acc: Vec<f64> = vec![];
         let mut tokens = 0;
+        let mut output_ids = vec![];
         for rep in 0..a.repeat.max(1) {
             let (plain, spec) = if (index + rep) % 2 == 0 {
                 let plain = engine.generate(&request(p, TreePolicy::Never))?;
@@ -262,6 +265,7 @@ pub fn run(a: Args) -> Result<()> {
                 .iter_mut()
                 .zip(&spec.stats.head_acceptance)
                 .for_each(|(x, y)| *x += y);
+            output_ids = plain.output_ids;
         }
         let r = a.repeat.max(1) as f64;
         if !identical {
@@ -282,6 +286,7 @@ pub fn run(a: Args) -> Result<()> {
             lookup_share: lookup / r,
             tokens,
             identical,
+            output_ids,
         });
         bar.inc(1);
         bar.set_message(p.category.clone());
