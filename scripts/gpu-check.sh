@@ -20,7 +20,7 @@
 #            ../shared/oracle/oracle.json /tmp/gpu 5 cuda:0 wgpu
 set -uo pipefail
 if [ $# -lt 6 ]; then
-  sed -n 2,17p "$0"
+  sed -n 2,20p "$0"
   exit 2
 fi
 toki=$1 model=$2 oracle=$3 out=$4 per=$5
@@ -28,8 +28,10 @@ shift 5
 heads=training/heads/smollm2-135m-instruct
 mkdir -p "$out"
 python3 scripts/gpu_compare.py prompts "$oracle" >"$out/oracle-prompts.jsonl" || exit 1
-# The 8 prompts `bench --tree auto` would calibrate on: every 6th of the 48.
-awk 'NR % 6 == 1' benches/prompts.jsonl >"$out/calibration-prompts.jsonl"
+# The (up to) 8 prompts `bench --tree auto` calibrates on over the whole file: every
+# ceil(n/8)-th, starting with the first.
+stride=$((($(grep -c . benches/prompts.jsonl) + 7) / 8))
+awk -v s="$stride" 'NF && i++ % s == 0' benches/prompts.jsonl >"$out/calibration-prompts.jsonl"
 
 step() { # step NAME SECONDS CMD...: run, log, report the exit status and the time
   local name=$1 limit=$2 t0=$SECONDS
