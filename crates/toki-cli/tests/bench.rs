@@ -103,6 +103,7 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     assert_eq!(cal["dynamic"]["cost"].as_array().unwrap().len(), costs);
     assert_eq!(cal["dynamic"]["accuracy"].as_array().unwrap().len(), 2);
 
+    let mut first_ids = None;
     for (tree, mode) in [
         ("chain-2", "dynamic"),
         ("tree.json", "dynamic"),
@@ -156,6 +157,23 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
             }
         }
         assert!(out.contains("| overall |"), "{out}");
+        // Each row carries the plain (greedy) output ids: the same whatever the tree.
+        let ids: Vec<serde_json::Value> = last["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["output_ids"].clone())
+            .collect();
+        assert_eq!(ids.len(), 4, "{last}");
+        assert!(
+            ids.iter()
+                .all(|x| x.as_array().is_some_and(|a| (1..=8).contains(&a.len()))),
+            "{last}"
+        );
+        match &first_ids {
+            None => first_ids = Some(ids),
+            Some(first) => assert_eq!(first, &ids, "--tree {tree} {mode}"),
+        }
     }
     assert!(dir.join("report/report.md").exists() && dir.join("report/speedup.svg").exists());
     let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
