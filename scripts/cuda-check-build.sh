@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds target/debug/toki with `--features wgpu,cuda` on a machine that cannot download
-# LLVM, to carry to a GPU machine for scripts/gpu-check.sh. This project's machines reach
-# only the package registries.
+# Builds toki (target/debug/toki) with `--features wgpu,cuda` on a machine that cannot
+# download LLVM, to carry to a GPU machine for scripts/gpu-check.sh. This project's
+# machines reach only the package registries.
 #
 # Burn 0.22.1's cuda feature depends on cubecl-llvm, whose build downloads LLVM. toki's
 # cuda feature selects cubecl-cuda's `cpp` path (CUDA C++ through NVRTC), which does not
@@ -17,12 +17,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DOCS_RS=1 CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000}
-dir=${CARGO_TARGET_DIR:-target}/llvm-stubs
+target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+dir=$target/llvm-stubs
 mkdir -p "$dir"
 build() { cargo rustc -p toki-cli --bin toki --features wgpu,cuda -- "$@"; }
 # First link: collect the undefined symbols (all of them: lld stops at 20 by default).
 if build -C link-arg=-Wl,--error-limit=0 >"$dir/link.log" 2>&1; then
-  echo "linked without stubs: target/debug/toki"
+  echo "linked without stubs: $target/debug/toki"
   exit 0
 fi
 grep -o 'undefined symbol: [A-Za-z_][A-Za-z0-9_]*' "$dir/link.log" | cut -d' ' -f3 | sort -u >"$dir/symbols.txt"
@@ -41,5 +42,5 @@ fi
   while read -r s; do echo "void $s(void) { stub(\"$s\"); }"; done <"$dir/symbols.txt"
 } >"$dir/stubs.c"
 cc -O1 -fPIC -c "$dir/stubs.c" -o "$dir/stubs.o"
-build -C link-arg="$PWD/$dir/stubs.o"
-echo "target/debug/toki: $(wc -l <"$dir/symbols.txt") LLVM symbols stubbed"
+build -C link-arg="$dir/stubs.o"
+echo "$target/debug/toki: $(wc -l <"$dir/symbols.txt") LLVM symbols stubbed"

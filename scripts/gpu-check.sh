@@ -57,8 +57,10 @@ for arg in "$@"; do
   common=(--model "$model" --heads "$heads" --backend "$b")
   step "oracle-$b" 180 "$toki" bench "${common[@]}" --prompts "$out/oracle-prompts.jsonl" \
     --tree small --max-new-tokens 64 --json
-  grep -q '^{' "$out/oracle-$b.out" && python3 scripts/gpu_compare.py oracle "$oracle" "$out/oracle-$b.out"
-  grep -q '^{' "$out/oracle-$b.out" && grep -v '^{' "$out/oracle-$b.out"
+  if grep -q '^{' "$out/oracle-$b.out"; then
+    python3 scripts/gpu_compare.py oracle "$oracle" "$out/oracle-$b.out"
+    grep -v '^{' "$out/oracle-$b.out"
+  fi
   step "calibrate-$b" 150 "$toki" calibrate "${common[@]}" --prompts "$out/calibration-prompts.jsonl" \
     --out "$out/tree-$b.json" && tail -n 1 "$out/calibrate-$b.err"
   tree=$out/tree-$b.json
