@@ -28,10 +28,6 @@ shift 5
 heads=training/heads/smollm2-135m-instruct
 mkdir -p "$out"
 python3 scripts/gpu_compare.py prompts "$oracle" >"$out/oracle-prompts.jsonl" || exit 1
-# The (up to) 8 prompts `bench --tree auto` calibrates on over the whole file: every
-# ceil(n/8)-th, starting with the first.
-stride=$((($(grep -c . benches/prompts.jsonl) + 7) / 8))
-awk -v s="$stride" 'NF && i++ % s == 0' benches/prompts.jsonl >"$out/calibration-prompts.jsonl"
 
 step() { # step NAME SECONDS CMD...: run, log, report the exit status and the time
   local name=$1 limit=$2 t0=$SECONDS
@@ -61,8 +57,9 @@ for arg in "$@"; do
     python3 scripts/gpu_compare.py oracle "$oracle" "$out/oracle-$b.out"
     grep -v '^{' "$out/oracle-$b.out"
   fi
-  step "calibrate-$b" 150 "$toki" calibrate "${common[@]}" --prompts "$out/calibration-prompts.jsonl" \
-    --out "$out/tree-$b.json" && tail -n 1 "$out/calibrate-$b.err"
+  # The 8 prompts spread over the file that `bench --tree auto` calibrates on.
+  step "calibrate-$b" 150 "$toki" calibrate "${common[@]}" --prompts benches/prompts.jsonl \
+    --limit 8 --out "$out/tree-$b.json" && tail -n 1 "$out/calibrate-$b.err"
   tree=$out/tree-$b.json
   [ -f "$tree" ] || tree=auto
   step "bench-$b" 300 "$toki" bench "${common[@]}" --prompts benches/prompts.jsonl \

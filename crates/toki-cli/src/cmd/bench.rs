@@ -22,6 +22,7 @@ use toki_decode::{
 use toki_model::tokenizer::Message;
 
 use super::bench_report;
+use super::calibrate::{self, Take};
 use super::generate::{AcceptanceArgs, SamplingArgs};
 use crate::backend::{self, Backend};
 use crate::heads::{self, DraftArg};
@@ -202,8 +203,10 @@ pub fn run(a: Args) -> Result<()> {
     }
     let (engine, heads) = a.target.load()?;
     // Up to 8 prompts spread over the file (and so over its categories) for `auto`.
-    let stride = prompts.len().div_ceil(8).max(1);
-    let calib: Vec<Prompt> = prompts.iter().step_by(stride).map(to_prompt).collect();
+    let calib: Vec<Prompt> = calibrate::pick(&prompts, 8, Take::Spread)
+        .into_iter()
+        .map(to_prompt)
+        .collect();
     let tree = a
         .tree
         .resolve(&engine, &heads, &calib, a.max_new_tokens.min(64))?;

@@ -45,9 +45,13 @@ pub struct Args {
     /// Where to write the tree (paths plus the measurements behind them).
     #[arg(long)]
     out: PathBuf,
-    /// How many prompts to calibrate on.
+    /// How many prompts to calibrate on (at most).
     #[arg(long, default_value_t = 8)]
     limit: usize,
+    /// Which prompts: spread evenly over the file, and so over its categories (what
+    /// `toki bench --tree auto` calibrates on), or the file's first ones.
+    #[arg(long, value_enum, default_value_t = Take::Spread)]
+    take: Take,
     #[arg(long, default_value_t = 64)]
     max_new_tokens: usize,
 }
@@ -77,11 +81,33 @@ pub struct Calibration {
     pub tree: Tree,
 }
 
+/// Which prompts of a file calibration runs on.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// Every ⌈n / limit⌉-th prompt from the first.
+    Spread,
+    /// The first `limit` prompts.
+    First,
+}
+
+/// Up to `limit` (at least 1) of `all`, as `take` says. A prompt file is usually grouped
+/// by category, so only a spread covers all of them.
+pub fn pick<T>(all: &[T], limit: usize, take: Take) -> Vec<&T> {
+    let limit = limit.max(1);
+    match take {
+        Take::Spread => all
+            .iter()
+            .step_by(all.len().div_ceil(limit).max(1))
+            .collect(),
+        Take::First => all.iter().take(limit).collect(),
+    }
+}
+
 pub fn run(a: Args) -> Result<()> {
-    let prompts: Vec<Prompt> = super::bench::read_prompts(&a.prompts)?
-        .iter()
-        .take(a.limit.max(1))
-        .map(|p| super::bench::to_prompt(p))
+    let all = super::bench::read_prompts(&a.prompts)?;
+    let prompts: Vec<Prompt> = pick(&all, a.limit, a.take)
+        .into_iter()
+        .map(super::bench::to_prompt)
         .collect();
     let (engine, heads) = a.target.load()?;
     let c = auto_tree(&engine, &heads, &prompts, a.max_new_tokens)?;
@@ -485,6 +511,27 @@ fn confidence(logits: &[f32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calibration_prompts_spread_over_the_file_or_are_its_first() {
+        let all: Vec<usize> = (0..48).collect();
+        let spread = |limit| {
+            pick(&all, limit, Take::Spread)
+                .into_iter()
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(spread(8), (0..48).step_by(6).collect::<Vec<_>>());
+        // 4 categories of 12 in file order: 16 prompts take 4 of each.
+        let sixteen = spread(16);
+        assert_eq!(sixteen.len(), 16);
+        assert!((0..4).all(|c| sixteen.iter().filter(|&&i| i / 12 == c).count() == 4));
+        assert_eq!(spread(100), all);
+        assert_eq!(spread(0), vec![0]);
+        let first: Vec<usize> = pick(&all, 12, Take::First).into_iter().copied().collect();
+        assert_eq!(first, (0..12).collect::<Vec<_>>());
+        assert!(pick(&[] as &[usize], 8, Take::Spread).is_empty());
+    }
 
     #[test]
     fn smoothed_accuracy_is_pulled_to_confidence_and_non_decreasing() {
