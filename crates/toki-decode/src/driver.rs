@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 use std::time::Instant;
 
 use burn::tensor::Tensor;
-use toki_model::AttnMask;
+use toki_model::{AttnMask, KvCache};
 
 use crate::acceptance::AcceptRule;
 use crate::adapt::{Policy, StepKind, TreePolicy};
@@ -242,6 +242,103 @@ fn draft<'e>(
     Ok((tokens, buffers, Some(chosen)))
 }
 
+/// What a request starts from and hands back to the engine for the next one: the
+/// adaptive policy's estimates, the dynamic tree's feedback and prompt lookup's hit rates.
+struct Learnt {
+    policy: Policy,
+    feedback: Feedback,
+    lookup_stats: LookupStats,
+}
+
+impl Learnt {
+    /// What earlier requests learnt (the dynamic tree's feedback weighed down).
+    fn from_engine(engine: &Engine, request: &Request, prompt_tokens: usize) -> Self {
+        let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
+        tracing::debug!(prompt_tokens, ?prior, "request starts");
+        Self {
+            policy: Policy::with_prior(request.tree_policy, prior),
+            feedback: engine
+                .feedback
+                .lock()
+                .map(|f| f.carried())
+                .unwrap_or_default(),
+            lookup_stats: engine
+                .lookup_stats
+                .lock()
+                .map(|l| l.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A speculative step of a dynamic tree over `nodes` nodes: what they yielded.
+    fn observe(
+        &mut self,
+        c: &Chosen,
+        nodes: usize,
+        verdict: &Verdict,
+        emitted: &[u32],
+        stats: &mut Stats,
+    ) {
+        // The heads' estimates are scored on the heads' own nodes.
+        let by_heads = verdict
+            .accepted
+            .iter()
+            .filter(|&&i| c.from_heads[i])
+            .count();
+        stats.lookup_tokens += verdict.accepted.len() - by_heads;
+        self.feedback
+            .observe(&c.costs, nodes, &c.choice, emitted.len(), by_heads);
+        if let Some((chain, held)) = &c.lookup {
+            self.lookup_stats
+                .observe(chain.matched, &chain.tokens, *held, emitted);
+        }
+    }
+
+    fn hand_back(self, engine: &Engine, request: &Request, stats: &Stats) {
+        if request.tree_policy == TreePolicy::Adaptive
+            && let Ok(mut e) = engine.estimates.lock()
+        {
+            *e = self.policy.estimates();
+        }
+        if stats.speculative_steps > 0
+            && let Ok(mut f) = engine.feedback.lock()
+        {
+            *f = self.feedback;
+            if let Ok(mut l) = engine.lookup_stats.lock() {
+                *l = self.lookup_stats;
+            }
+        }
+    }
+}
+
+/// One base pass over a step's nodes [N] on top of `cache`: the root alone under the
+/// causal mask, a tree under its own, each node at the position its depth gives.
+/// Returns the nodes' hidden states [N, D].
+fn forward_nodes(
+    engine: &Engine,
+    tokens: &[u32],
+    buffers: &TreeBuffers,
+    cache: &mut KvCache,
+) -> Tensor<2> {
+    let prefix = cache.len();
+    let mask = match tokens.len() {
+        1 => AttnMask::Causal,
+        _ => AttnMask::Tree(buffers.mask.clone()),
+    };
+    let positions: Vec<u32> = buffers
+        .depths
+        .iter()
+        .map(|&d| (prefix + d) as u32)
+        .collect();
+    engine.model.forward(
+        engine.ids_tensor(tokens),
+        engine.ids_tensor(&positions),
+        &mask,
+        cache,
+        &engine.rope,
+    )
+}
+
 /// One loop for plain and speculative decoding. Each step: the heads fill the tree from the
 /// last accepted hidden state, with the base's own next token at the root (on dynamic trees
 /// prompt lookup grafts its chain onto it, [`crate::lookup`]); one base pass
@@ -272,6 +369,7 @@ pub(crate) fn run(
     let mut cache = model.new_cache(capacity);
     let mut accepted_per_head = vec![0usize; spec.map_or(0, |s| s.shape.depth(s.heads.as_ref()))];
 
+    // Prefill: the prompt in one pass; its last hidden state gives the first token.
     let t0 = Instant::now();
     let hidden = model.forward(
         engine.ids_tensor(&prompt_ids),
@@ -281,42 +379,25 @@ pub(crate) fn run(
         &engine.rope,
     );
     let mut last_hidden = hidden.slice([n - 1..n]); // [1, D]
-    let mut root = pick(
-        model.logits(last_hidden.clone()),
-        &request.sampling,
-        &mut rng,
-    )?[0];
+    let logits = model.logits(last_hidden.clone());
+    let mut root = pick(logits, &request.sampling, &mut rng)?[0];
     stats.prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
 
     let t1 = Instant::now();
     let mut history = prompt_ids.clone();
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
-    let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
-    tracing::debug!(prompt_tokens = n, ?prior, "request starts");
-    let mut policy = Policy::with_prior(request.tree_policy, prior);
-    // Dynamic trees: what steps have yielded so far (see `dynamic`), starting from what
-    // earlier requests learnt, weighed down.
-    let mut feedback = engine
-        .feedback
-        .lock()
-        .map(|f| f.carried())
-        .unwrap_or_default();
-    let mut lookup_stats = engine
-        .lookup_stats
-        .lock()
-        .map(|l| l.clone())
-        .unwrap_or_default();
+    let mut learnt = Learnt::from_engine(engine, request, n);
     while reason.is_none() {
-        let prefix = cache.len();
-        if prefix + 1 > capacity {
+        if cache.len() + 1 > capacity {
             reason = Some(FinishReason::ContextFull);
             break;
         }
         let step_start = Instant::now();
-        // The policy may choose a plain step; near the end of the context a full tree may
-        // not fit: the root alone then.
+        // 1. Propose: the policy may choose a plain step; near the end of the context a
+        //    full tree may not fit: the root alone then.
         let step_spec = spec.filter(|s| {
-            policy.next() == StepKind::Speculative && prefix + s.shape.max_nodes() <= capacity
+            learnt.policy.next() == StepKind::Speculative
+                && cache.len() + s.shape.max_nodes() <= capacity
         });
         let (tokens, buffers, choice) = match step_spec {
             Some(s) => {
@@ -327,29 +408,23 @@ pub(crate) fn run(
                     hidden: last_hidden,
                     history: &history,
                 };
-                draft(engine, s, input, root, &feedback, &lookup_stats)?
+                draft(
+                    engine,
+                    s,
+                    input,
+                    root,
+                    &learnt.feedback,
+                    &learnt.lookup_stats,
+                )?
             }
             None => (vec![root], Cow::Borrowed(&engine.root_buffers), None),
         };
-        let mask = match tokens.len() {
-            1 => AttnMask::Causal,
-            _ => AttnMask::Tree(buffers.mask.clone()),
-        };
-        let positions: Vec<u32> = buffers
-            .depths
-            .iter()
-            .map(|&d| (prefix + d) as u32)
-            .collect();
-        let hidden = model.forward(
-            engine.ids_tensor(&tokens),
-            engine.ids_tensor(&positions),
-            &mask,
-            &mut cache,
-            &engine.rope,
-        ); // [N, D]
+        // 2. Verify every node in one base pass; keep the accepted path's cache rows.
+        let hidden = forward_nodes(engine, &tokens, &buffers, &mut cache); // [N, D]
         let logits = model.logits(hidden.clone()); // [N, vocab]
         let verdict = verify(logits, &buffers, &tokens, &request.sampling, rule, &mut rng)?;
         cache.compact(tokens.len(), &verdict.accepted);
+        // 3. Emit the accepted tokens and the base's own token after them (the next root).
         let last = *verdict.accepted.last().unwrap_or(&0);
         last_hidden = hidden.slice([last..last + 1]);
         root = verdict.bonus;
@@ -360,28 +435,19 @@ pub(crate) fn run(
             .for_each(|a| *a += 1);
         let mut emitted: Vec<u32> = verdict.accepted[1..].iter().map(|&i| tokens[i]).collect();
         emitted.push(root);
+        // 4. Learn: what the tree yielded, and the step's time for the policy.
         stats.steps += 1;
         stats.verified_nodes += tokens.len();
         let kind = match step_spec {
-            Some(_) => {
-                stats.speculative_steps += 1;
-                if let Some(c) = &choice {
-                    // The heads' estimates are scored on the heads' own nodes.
-                    let by_heads = verdict
-                        .accepted
-                        .iter()
-                        .filter(|&&i| c.from_heads[i])
-                        .count();
-                    stats.lookup_tokens += verdict.accepted.len() - by_heads;
-                    feedback.observe(&c.costs, tokens.len(), &c.choice, emitted.len(), by_heads);
-                    if let Some((chain, held)) = &c.lookup {
-                        lookup_stats.observe(chain.matched, &chain.tokens, *held, &emitted);
-                    }
-                }
-                StepKind::Speculative
-            }
+            Some(_) => StepKind::Speculative,
             None => StepKind::Plain,
         };
+        if kind == StepKind::Speculative {
+            stats.speculative_steps += 1;
+            if let Some(c) = &choice {
+                learnt.observe(c, tokens.len(), &verdict, &emitted, &mut stats);
+            }
+        }
         let seconds = step_start.elapsed().as_secs_f64();
         tracing::debug!(
             step = stats.steps,
@@ -392,23 +458,11 @@ pub(crate) fn run(
             ms = seconds * 1e3,
             "decode step"
         );
-        policy.observe(kind, seconds, emitted.len());
+        learnt.policy.observe(kind, seconds, emitted.len());
         reason = progress.push(&emitted, true, &mut on_tokens)?;
     }
     stats.decode_ms = t1.elapsed().as_secs_f64() * 1e3;
-    if request.tree_policy == TreePolicy::Adaptive
-        && let Ok(mut e) = engine.estimates.lock()
-    {
-        *e = policy.estimates();
-    }
-    if stats.speculative_steps > 0
-        && let Ok(mut f) = engine.feedback.lock()
-    {
-        *f = feedback;
-        if let Ok(mut l) = engine.lookup_stats.lock() {
-            *l = lookup_stats;
-        }
-    }
+    learnt.hand_back(engine, request, &stats);
     stats.head_acceptance = accepted_per_head
         .iter()
         .map(|&a| a as f64 / stats.speculative_steps.max(1) as f64)
