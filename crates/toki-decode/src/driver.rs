@@ -270,28 +270,22 @@ impl Learnt {
         }
     }
 
-    /// A speculative step of a dynamic tree over `nodes` nodes: what they yielded.
-    fn observe(
-        &mut self,
-        c: &Chosen,
-        nodes: usize,
-        verdict: &Verdict,
-        emitted: &[u32],
-        stats: &mut Stats,
-    ) {
+    /// A speculative step of a dynamic tree over `nodes` nodes: what they yielded. Returns
+    /// the accepted tokens that came from lookup nodes.
+    fn observe(&mut self, c: &Chosen, nodes: usize, verdict: &Verdict, emitted: &[u32]) -> usize {
         // The heads' estimates are scored on the heads' own nodes.
         let by_heads = verdict
             .accepted
             .iter()
             .filter(|&&i| c.from_heads[i])
             .count();
-        stats.lookup_tokens += verdict.accepted.len() - by_heads;
         self.feedback
             .observe(&c.costs, nodes, &c.choice, emitted.len(), by_heads);
         if let Some((chain, held)) = &c.lookup {
             self.lookup_stats
                 .observe(chain.matched, &chain.tokens, *held, emitted);
         }
+        verdict.accepted.len() - by_heads
     }
 
     fn hand_back(self, engine: &Engine, request: &Request, stats: &Stats) {
@@ -438,16 +432,15 @@ pub(crate) fn run(
         // 4. Learn: what the tree yielded, and the step's time for the policy.
         stats.steps += 1;
         stats.verified_nodes += tokens.len();
-        let kind = match step_spec {
-            Some(_) => StepKind::Speculative,
-            None => StepKind::Plain,
-        };
-        if kind == StepKind::Speculative {
+        let kind = if step_spec.is_some() {
             stats.speculative_steps += 1;
             if let Some(c) = &choice {
-                learnt.observe(c, tokens.len(), &verdict, &emitted, &mut stats);
+                stats.lookup_tokens += learnt.observe(c, tokens.len(), &verdict, &emitted);
             }
-        }
+            StepKind::Speculative
+        } else {
+            StepKind::Plain
+        };
         let seconds = step_start.elapsed().as_secs_f64();
         tracing::debug!(
             step = stats.steps,
