@@ -352,7 +352,7 @@ mod avx512 {
     ///
     /// Measured (`examples/kern.rs`, one model pass, medians of 10 rounds, this 2-core
     /// AMD EPYC): 6 / 8 rows cost 1.17-1.20 / 1.18-1.27x one row in three runs, against
-    /// 1.29-1.36 / 1.38-1.49x for the AVX2 kernel in two; 2-4 rows stayed at 1.0-1.1x
+    /// 1.29-1.36 / 1.38-1.49x for the AVX2 kernel in two; 2-4 rows cost 0.97-1.17x
     /// on four-row blocks (two-row blocks there cost 1.13-1.24x).
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
     pub(super) unsafe fn rows_times_x(
