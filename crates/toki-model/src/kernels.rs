@@ -150,6 +150,41 @@ fn portable_rows_times_x(
     }
 }
 
+/// The blocking both x86 kernels share: `rows` in blocks of `step` (<= 4) weight rows (a
+/// short last block repeats its last row; those results are discarded), and within a block
+/// the `m` activation rows in groups of `group(rows left)` (<= 8). `kernel(block, i, g,
+/// out)` computes the block's rows times activation rows `i..i + g` into `out[j][..g]`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn walk_blocks<'w>(
+    w: &'w [f32],
+    inn: usize,
+    rows: std::ops::Range<usize>,
+    m: usize,
+    yt: &mut [f32],
+    step: usize,
+    group: impl Fn(usize) -> usize,
+    mut kernel: impl FnMut([&'w [f32]; 4], usize, usize, &mut [[f32; 8]; 4]),
+) {
+    let mut out = [[0.0f32; 8]; 4];
+    let mut o = rows.start;
+    while o < rows.end {
+        let n = (rows.end - o).min(step);
+        let wr: [&[f32]; 4] = std::array::from_fn(|j| &w[(o + j.min(n - 1)) * inn..][..inn]);
+        let base = (o - rows.start) * m;
+        let mut i = 0;
+        while i < m {
+            let g = group(m - i);
+            kernel(wr, i, g, &mut out);
+            for (j, r) in out.iter().enumerate().take(n) {
+                yt[base + j * m + i..][..g].copy_from_slice(&r[..g]);
+            }
+            i += g;
+        }
+        o += n;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -183,60 +218,35 @@ mod avx2 {
         m: usize,
         yt: &mut [f32],
     ) {
-        let start = rows.start;
-        let row = |r: usize| &w[r * inn..(r + 1) * inn];
         let xrow = |i: usize| &x[i * inn..(i + 1) * inn];
-        let mut o = rows.start;
-        while o < rows.end {
-            let n = (rows.end - o).min(4);
-            let wr: [&[f32]; 4] = std::array::from_fn(|j| row(o + j.min(n - 1)));
-            let base = (o - start) * m;
-            if m == 1 {
-                let s = dot4x1(wr, xrow(0), inn, PREFETCH);
-                yt[base..base + n].copy_from_slice(&s[..n]);
-                o += n;
-                continue;
-            }
+        // Groups of 4, with 5 left as 3 + 2 (no lone row).
+        let group = |left: usize| if left == 5 { 3 } else { left.min(4) };
+        super::walk_blocks(w, inn, rows, m, yt, 4, group, |wr, i, g, out| {
             // Later groups find the block's weights in L1.
-            let ahead = |i: usize| if i == 0 { PREFETCH } else { 0 };
-            let mut i = 0;
-            while i < m {
-                // Groups of 4, with 5 left as 3 + 2 (no lone row).
-                let g = match m - i {
-                    5 => 3,
-                    r => r.min(4),
-                };
-                let mut put = |j: usize, s: &[f32]| {
-                    if j < n {
-                        yt[base + j * m + i..base + j * m + i + s.len()].copy_from_slice(s);
-                    }
-                };
-                match g {
-                    1 => {
-                        let s = dot4x1(wr, xrow(i), inn, ahead(i));
-                        (0..4).for_each(|j| put(j, &s[j..j + 1]));
-                    }
-                    2 => {
-                        let s = dot::<4, 2>(wr, [xrow(i), xrow(i + 1)], inn, ahead(i));
-                        (0..4).for_each(|j| put(j, &s[j]));
-                    }
-                    3 => {
-                        let s = dot::<4, 3>(wr, [xrow(i), xrow(i + 1), xrow(i + 2)], inn, ahead(i));
-                        (0..4).for_each(|j| put(j, &s[j]));
-                    }
-                    _ => {
-                        let xr = [xrow(i), xrow(i + 1), xrow(i + 2), xrow(i + 3)];
-                        for half in 0..2 {
-                            let s =
-                                dot::<2, 4>([wr[2 * half], wr[2 * half + 1]], xr, inn, ahead(i));
-                            (0..2).for_each(|j| put(2 * half + j, &s[j]));
-                        }
+            let pf = if i == 0 { PREFETCH } else { 0 };
+            let mut put = |j: usize, s: &[f32]| out[j][..s.len()].copy_from_slice(s);
+            match g {
+                1 => {
+                    let s = dot4x1(wr, xrow(i), inn, pf);
+                    (0..4).for_each(|j| put(j, &s[j..j + 1]));
+                }
+                2 => {
+                    let s = dot::<4, 2>(wr, [xrow(i), xrow(i + 1)], inn, pf);
+                    (0..4).for_each(|j| put(j, &s[j]));
+                }
+                3 => {
+                    let s = dot::<4, 3>(wr, [xrow(i), xrow(i + 1), xrow(i + 2)], inn, pf);
+                    (0..4).for_each(|j| put(j, &s[j]));
+                }
+                _ => {
+                    let xr = [xrow(i), xrow(i + 1), xrow(i + 2), xrow(i + 3)];
+                    for half in 0..2 {
+                        let s = dot::<2, 4>([wr[2 * half], wr[2 * half + 1]], xr, inn, pf);
+                        (0..2).for_each(|j| put(2 * half + j, &s[j]));
                     }
                 }
-                i += g;
             }
-            o += n;
-        }
+        });
     }
 
     /// `R` weight rows times `M` activation rows: `R·M` accumulators, `R + M` loads per
@@ -363,37 +373,30 @@ mod avx512 {
         m: usize,
         yt: &mut [f32],
     ) {
-        let start = rows.start;
-        let row = |r: usize| &w[r * inn..(r + 1) * inn];
         let xrow = |i: usize| &x[i * inn..(i + 1) * inn];
-        let mut o = rows.start;
         let wide = m.min(8) > 4;
         let step = if wide { 2 } else { 4 };
-        while o < rows.end {
-            let n = (rows.end - o).min(step);
-            let base = (o - start) * m;
-            let mut i = 0;
-            while i < m {
-                let g = (m - i).min(8);
+        super::walk_blocks(
+            w,
+            inn,
+            rows,
+            m,
+            yt,
+            step,
+            |left| left.min(8),
+            |wr, i, g, out| {
                 let pf = if i == 0 { PREFETCH } else { 0 };
-                let mut put = |j: usize, s: &[f32]| {
-                    if j < n {
-                        yt[base + j * m + i..base + j * m + i + s.len()].copy_from_slice(s);
-                    }
-                };
                 macro_rules! run {
                     ($r:literal, $g:literal) => {{
-                        let wr: [&[f32]; $r] = std::array::from_fn(|j| row(o + j.min(n - 1)));
                         let xr: [&[f32]; $g] = std::array::from_fn(|j| xrow(i + j));
-                        let s = dot::<$r, $g>(wr, xr, inn, pf);
-                        (0..$r).for_each(|j| put(j, &s[j]));
+                        let s = dot::<$r, $g>(std::array::from_fn(|j| wr[j]), xr, inn, pf);
+                        (0..$r).for_each(|j| out[j][..$g].copy_from_slice(&s[j]));
                     }};
                 }
                 match (wide, g) {
                     (false, 1) => {
-                        let wr: [&[f32]; 4] = std::array::from_fn(|j| row(o + j.min(n - 1)));
                         let s = dot4x1(wr, xrow(i), inn, pf);
-                        (0..4).for_each(|j| put(j, &s[j..j + 1]));
+                        (0..4).for_each(|j| out[j][0] = s[j]);
                     }
                     (false, 2) => run!(4, 2),
                     (false, 3) => run!(4, 3),
@@ -407,10 +410,8 @@ mod avx512 {
                     (true, 7) => run!(2, 7),
                     (true, _) => run!(2, 8),
                 }
-                i += g;
-            }
-            o += n;
-        }
+            },
+        );
     }
 
     /// `R` weight rows times `M` activation rows, 16 floats a step: `R·M` accumulators.
