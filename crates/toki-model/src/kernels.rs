@@ -191,7 +191,7 @@ mod avx2 {
 
     /// Floats ahead of the current read at which the weights are prefetched (8 KiB): the
     /// next block's rows are on their way while this block is computed.
-    const PREFETCH: usize = 2048;
+    pub(super) const PREFETCH: usize = 2048;
 
     /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`, four weight rows at a time. The four
     /// rows are read from memory once; every activation row then meets them in L1, by
@@ -343,11 +343,8 @@ mod avx2 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::avx2::{dot4x1, hsum, prefetch};
+    use super::avx2::{PREFETCH, dot4x1, hsum, prefetch};
     use std::arch::x86_64::*;
-
-    /// Floats ahead of the current read at which the weights are prefetched (8 KiB).
-    const PREFETCH: usize = 2048;
 
     /// `yt[(o - rows.start) * m + i] = W[o] · x[i]` for 2+ activation rows: each weight
     /// row is read from memory once, in order, while up to eight activation rows (in L1)
@@ -501,18 +498,15 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_and_avx512_kernels_match_reference() {
-        let detect = |f: &str| match f {
-            "avx2" => std::arch::is_x86_feature_detected!("avx2"),
-            "fma" => std::arch::is_x86_feature_detected!("fma"),
-            _ => false,
-        };
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
         for &(out, inn) in &[(7, 13), (33, 64), (257, 70), (130, 576)] {
             let w = lcg(out * inn, out as u64 + 7);
             for m in 1..=17 {
                 let x = lcg(m * inn, (m * 17 + inn) as u64);
                 let want = reference(&w, out, inn, &x, m);
                 let mut kernels: Vec<(&str, Vec<f32>)> = vec![];
-                if detect("avx2") && detect("fma") {
+                if avx2 {
                     let mut yt = vec![0.0; out * m];
                     // SAFETY: AVX2 and FMA are present (checked just above).
                     unsafe { avx2::rows_times_x(&w, inn, 0..out, &x, m, &mut yt) };
@@ -540,7 +534,7 @@ mod tests {
     }
 
     /// Where the AVX-512 kernel runs, a row's result does not depend on how many rows
-    /// share the step: verifying a tree computes the very logits plain decoding would.
+    /// share the step: a tree node's projections are the ones plain decoding computes.
     #[test]
     fn a_row_is_bit_identical_alone_or_among_others_with_avx512() {
         #[cfg(target_arch = "x86_64")]
