@@ -56,11 +56,7 @@ impl HostWeight {
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         let (out, inn) = (self.out, self.inn);
         assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
-        // Blocks of output rows, a few per thread so uneven blocks even out.
-        let threads = rayon::current_num_threads().max(1);
-        let block = (out.div_ceil(threads * 4))
-            .clamp(16, 256)
-            .next_multiple_of(2);
+        let block = block_rows(out);
         let mut yt = vec![0.0f32; out * m]; // [out, m]: each block owns a contiguous chunk
         yt.par_chunks_mut(block * m)
             .enumerate()
@@ -77,6 +73,57 @@ impl HostWeight {
         }
         y
     }
+
+    /// For each row of `x` [m, in], the index of the largest value of its row of
+    /// `x Wᵀ` [m, out] (the first on ties; the first NaN if any, as Burn's `argmax`), without the [m, out] buffer:
+    /// each block of output rows is reduced while it is in cache. The values compared are
+    /// [`HostWeight::matmul`]'s, bit for bit (same blocks, same kernels), so greedy
+    /// decoding picks the same token either way.
+    pub fn matmul_argmax(&self, x: &[f32], m: usize) -> Vec<u32> {
+        let (out, inn) = (self.out, self.inn);
+        assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
+        let block = block_rows(out);
+        // Per block: (value, index) of each activation row's maximum over the block.
+        let bests: Vec<Vec<(f32, u32)>> = (0..out.div_ceil(block))
+            .into_par_iter()
+            .map_init(Vec::new, |yt: &mut Vec<f32>, b| {
+                let rows = b * block..((b + 1) * block).min(out);
+                yt.clear();
+                yt.resize(rows.len() * m, 0.0); // [rows, m]
+                rows_times_x(&self.w, inn, rows.clone(), x, m, yt);
+                (0..m)
+                    .map(|i| {
+                        let col = yt.iter().skip(i).step_by(m);
+                        first_max(rows.clone().zip(col.copied()))
+                    })
+                    .collect()
+            })
+            .collect();
+        (0..m)
+            .map(|i| first_max(bests.iter().map(|b| (b[i].1 as usize, b[i].0))).1)
+            .collect()
+    }
+}
+
+/// Of (index, value) pairs, the first holding the largest value, or the first NaN if any,
+/// as (value, index).
+fn first_max(mut it: impl Iterator<Item = (usize, f32)>) -> (f32, u32) {
+    let Some((o, v)) = it.next() else {
+        return (f32::NEG_INFINITY, 0);
+    };
+    let mut best = (v, o as u32);
+    for (o, v) in it {
+        if !best.0.is_nan() && (v.is_nan() || v > best.0) {
+            best = (v, o as u32);
+        }
+    }
+    best
+}
+
+/// Output rows per parallel block: a few blocks per thread so uneven blocks even out.
+fn block_rows(out: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    out.div_ceil(threads * 4).clamp(16, 256).next_multiple_of(2)
 }
 
 /// `yt[(o - rows.start) * m + i] = W[o] · x[i]` for o in `rows`, i < m.
@@ -459,117 +506,4 @@ mod avx512 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::lcg;
-
-    fn reference(w: &[f32], out: usize, inn: usize, x: &[f32], m: usize) -> Vec<f32> {
-        let mut y = vec![0.0; m * out];
-        for i in 0..m {
-            for o in 0..out {
-                y[i * out + o] = (0..inn).map(|k| x[i * inn + k] * w[o * inn + k]).sum();
-            }
-        }
-        y
-    }
-
-    #[test]
-    fn matches_reference_on_odd_shapes() {
-        // Odd row counts (a lone last weight row), `in` not a multiple of 8, every group
-        // size of activation rows, and output blocks of uneven length.
-        for &(out, inn) in &[(1, 3), (7, 13), (33, 64), (257, 70), (1000, 576)] {
-            let w = lcg(out * inn, out as u64);
-            let hw = HostWeight::new(w.clone(), out, inn);
-            for m in [1, 2, 3, 4, 5, 6, 8, 9, 12, 16] {
-                let x = lcg(m * inn, (m * 31 + inn) as u64);
-                let got = hw.matmul(&x, m);
-                let want = reference(&w, out, inn, &x, m);
-                for (g, r) in got.iter().zip(&want) {
-                    assert!(
-                        (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
-                        "{out}x{inn} m={m}: {g} vs {r}"
-                    );
-                }
-            }
-        }
-    }
-
-    /// Each x86 kernel on its own (`matmul` picks one per row count), every group size.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx2_and_avx512_kernels_match_reference() {
-        let avx2 = std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma");
-        for &(out, inn) in &[(7, 13), (33, 64), (257, 70), (130, 576)] {
-            let w = lcg(out * inn, out as u64 + 7);
-            for m in 1..=17 {
-                let x = lcg(m * inn, (m * 17 + inn) as u64);
-                let want = reference(&w, out, inn, &x, m);
-                let mut kernels: Vec<(&str, Vec<f32>)> = vec![];
-                if avx2 {
-                    let mut yt = vec![0.0; out * m];
-                    // SAFETY: AVX2 and FMA are present (checked just above).
-                    unsafe { avx2::rows_times_x(&w, inn, 0..out, &x, m, &mut yt) };
-                    kernels.push(("avx2", yt));
-                }
-                if has_avx512() {
-                    let mut yt = vec![0.0; out * m];
-                    // SAFETY: AVX-512F/VL, AVX2 and FMA are present (has_avx512).
-                    unsafe { avx512::rows_times_x(&w, inn, 0..out, &x, m, &mut yt) };
-                    kernels.push(("avx512", yt));
-                }
-                for (name, yt) in kernels {
-                    for o in 0..out {
-                        for i in 0..m {
-                            let (g, r) = (yt[o * m + i], want[i * out + o]);
-                            assert!(
-                                (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
-                                "{name} {out}x{inn} m={m}: {g} vs {r}"
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Where the AVX-512 kernel runs, a row's result does not depend on how many rows
-    /// share the step: a tree node's projections are the ones plain decoding computes.
-    #[test]
-    fn a_row_is_bit_identical_alone_or_among_others_with_avx512() {
-        #[cfg(target_arch = "x86_64")]
-        if has_avx512() {
-            for &(out, inn) in &[(33, 64), (257, 70), (130, 576), (64, 1536)] {
-                let hw = HostWeight::new(lcg(out * inn, inn as u64), out, inn);
-                for m in 2..=16 {
-                    let x = lcg(m * inn, (m + inn) as u64);
-                    let all = hw.matmul(&x, m);
-                    for i in 0..m {
-                        let one = hw.matmul(&x[i * inn..(i + 1) * inn], 1);
-                        assert!(
-                            one.iter()
-                                .zip(&all[i * out..(i + 1) * out])
-                                .all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "{out}x{inn}: row {i} of {m} differs from the row alone"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn portable_path_matches_reference() {
-        let (out, inn, m) = (19, 45, 5);
-        let w = lcg(out * inn, 3);
-        let x = lcg(m * inn, 4);
-        let mut yt = vec![0.0; out * m];
-        portable_rows_times_x(&w, inn, 0..out, &x, m, &mut yt);
-        let want = reference(&w, out, inn, &x, m);
-        for o in 0..out {
-            for i in 0..m {
-                assert!((yt[o * m + i] - want[i * out + o]).abs() < 1e-4);
-            }
-        }
-    }
-}
+mod tests;

@@ -484,6 +484,18 @@ impl LlamaModel {
             _ => self.lm_head.forward(hidden).cast(DType::F32),
         }
     }
+
+    /// The greedy token of each row of `hidden` [T, hidden] on the host kernel: the
+    /// arg-max of [`LlamaModel::logits`]' values, bit for bit, without the [T, vocab]
+    /// buffers. `None` where the rows do not take the host path (GPU, prefill-sized T):
+    /// take `logits(..).argmax(1)` there.
+    pub fn host_argmax(&self, hidden: &Tensor<2>) -> Option<Vec<u32>> {
+        let [t, _] = hidden.dims();
+        match &self.lm_head_host {
+            Some(w) if host_path(t, hidden) => Some(w.matmul_argmax(&host_vec(hidden.clone()), t)),
+            _ => None,
+        }
+    }
 }
 
 /// How a forward's attention runs, with its additive bias (`None`: every new token sees
