@@ -81,7 +81,7 @@ fn main() {
             &mut cache,
             &rope,
         );
-        let _ = model.logits(h).argmax(1).into_data();
+        let _ = toki_decode::greedy_tokens(model, h);
         t.elapsed().as_secs_f64() * 1e3
     };
     let run = |prefix: usize, n: usize| run_on(model, prefix, n);

@@ -73,13 +73,7 @@ impl Engine {
                 &self.rope,
             ); // [t, D]
             owner.extend(std::iter::repeat_n(b, t));
-            next.push(
-                pick(
-                    model.logits(hidden.slice([t - 1..t])),
-                    &Sampling::Greedy,
-                    &mut rng,
-                )?[0],
-            );
+            next.push(pick(model, hidden.slice([t - 1..t]), &Sampling::Greedy, &mut rng)?[0]);
         }
         for (b, &t) in next.iter().enumerate() {
             outputs[b].push(t);
@@ -125,7 +119,7 @@ impl Engine {
                 &self.rope,
             ); // [t, D]
             owner.extend(active.iter().copied());
-            let picked = pick(model.logits(hidden), &Sampling::Greedy, &mut rng)?;
+            let picked = pick(model, hidden, &Sampling::Greedy, &mut rng)?;
             for (&b, &tok) in active.iter().zip(&picked) {
                 outputs[b].push(tok);
             }

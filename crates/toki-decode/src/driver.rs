@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 use std::time::Instant;
 
 use burn::tensor::Tensor;
-use toki_model::{AttnMask, KvCache};
+use toki_model::{AttnMask, KvCache, LlamaModel};
 
 use crate::acceptance::AcceptRule;
 use crate::adapt::{Policy, StepKind, TreePolicy};
@@ -19,17 +19,31 @@ use crate::sampling::{Rng, Sampling, draw, filtered_probs};
 use crate::tree::{Tree, TreeBuffers};
 use crate::verifier::{Verdict, verify_greedy, verify_sampled};
 
-/// Next-token choice for every row of `logits` [R, vocab], read back in one transfer.
-pub(crate) fn pick(logits: Tensor<2>, sampling: &Sampling, rng: &mut Rng) -> Result<Vec<u32>> {
+/// The base's greedy token for every row of `hidden` [R, D], read back in one transfer. On
+/// the CPU the host kernel's arg-max: the same choice, without the [R, vocab] logits.
+pub fn greedy_tokens(model: &LlamaModel, hidden: Tensor<2>) -> Result<Vec<u32>> {
+    if let Some(ids) = model.host_argmax(&hidden) {
+        return Ok(ids);
+    }
+    let ids: Vec<i64> = model
+        .logits(hidden) // [R, vocab]
+        .argmax(1)
+        .try_into_vec_as()
+        .map_err(DecodeError::device)?;
+    Ok(ids.into_iter().map(|x| x as u32).collect())
+}
+
+/// Next-token choice for every row of `hidden` [R, D].
+pub(crate) fn pick(
+    model: &LlamaModel,
+    hidden: Tensor<2>,
+    sampling: &Sampling,
+    rng: &mut Rng,
+) -> Result<Vec<u32>> {
     match sampling {
-        Sampling::Greedy => {
-            let ids: Vec<i64> = logits
-                .argmax(1)
-                .try_into_vec_as()
-                .map_err(DecodeError::device)?;
-            Ok(ids.into_iter().map(|x| x as u32).collect())
-        }
+        Sampling::Greedy => greedy_tokens(model, hidden),
         Sampling::Sample(p) => {
+            let logits = model.logits(hidden); // [R, vocab]
             let [rows, vocab] = logits.dims();
             let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
             Ok((0..rows)
@@ -142,9 +156,11 @@ impl<'a> Progress<'a> {
 }
 
 /// Verify one step: greedy (accept what the base's arg-max agrees with) or sampled (`rule`
-/// walks the tree on the base's filtered distributions), from the tree's logits [N, vocab].
+/// walks the tree on the base's filtered distributions), from the tree's hidden states
+/// [N, D].
 fn verify(
-    logits: Tensor<2>,
+    model: &LlamaModel,
+    hidden: Tensor<2>,
     buffers: &TreeBuffers,
     tokens: &[u32],
     sampling: &Sampling,
@@ -155,9 +171,10 @@ fn verify(
         Sampling::Greedy => Ok(verify_greedy(
             buffers,
             tokens,
-            &pick(logits, sampling, rng)?,
+            &pick(model, hidden, sampling, rng)?,
         )),
         Sampling::Sample(p) => {
+            let logits = model.logits(hidden); // [N, vocab]
             let [_, vocab] = logits.dims();
             let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
             let dist = |i: usize| filtered_probs(&flat[i * vocab..(i + 1) * vocab], p);
@@ -373,8 +390,7 @@ pub(crate) fn run(
         &engine.rope,
     );
     let mut last_hidden = hidden.slice([n - 1..n]); // [1, D]
-    let logits = model.logits(last_hidden.clone());
-    let mut root = pick(logits, &request.sampling, &mut rng)?[0];
+    let mut root = pick(model, last_hidden.clone(), &request.sampling, &mut rng)?[0];
     stats.prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
 
     let t1 = Instant::now();
@@ -415,8 +431,15 @@ pub(crate) fn run(
         };
         // 2. Verify every node in one base pass; keep the accepted path's cache rows.
         let hidden = forward_nodes(engine, &tokens, &buffers, &mut cache); // [N, D]
-        let logits = model.logits(hidden.clone()); // [N, vocab]
-        let verdict = verify(logits, &buffers, &tokens, &request.sampling, rule, &mut rng)?;
+        let verdict = verify(
+            model,
+            hidden.clone(),
+            &buffers,
+            &tokens,
+            &request.sampling,
+            rule,
+            &mut rng,
+        )?;
         cache.compact(tokens.len(), &verdict.accepted);
         // 3. Emit the accepted tokens and the base's own token after them (the next root).
         let last = *verdict.accepted.last().unwrap_or(&0);

@@ -29,6 +29,7 @@ pub mod verifier;
 
 pub use acceptance::{AcceptRule, Acceptance};
 pub use adapt::TreePolicy;
+pub use driver::greedy_tokens;
 pub use dynamic::DynamicTree;
 pub use engine::{Emitted, Engine, EngineOptions, Speculation, TreeShape};
 pub use error::{DecodeError, Result};

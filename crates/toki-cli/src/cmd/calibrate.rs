@@ -327,11 +327,7 @@ pub fn costs(engine: &Engine, heads: &HeadProposer) -> Result<Measured> {
             let (t, p) = ids(n, prefix);
             let start = Instant::now();
             let h = model.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
-            let _: Vec<i64> = model
-                .logits(h)
-                .argmax(1)
-                .try_into_vec_as()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            toki_decode::greedy_tokens(model, h)?;
             Ok(start.elapsed().as_secs_f64())
         };
         let (s, cost) = curve(pass, sizes.as_deref())?;
