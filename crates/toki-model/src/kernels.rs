@@ -75,8 +75,9 @@ impl HostWeight {
     }
 
     /// For each row of `x` [m, in], the index of the largest value of its row of
-    /// `x Wᵀ` [m, out] (the first on ties; the first NaN if any, as Burn's `argmax`), without the [m, out] buffer:
-    /// each block of output rows is reduced while it is in cache. The values compared are
+    /// `x Wᵀ` [m, out] (the first on ties; the first NaN if any, as Burn's `argmax`),
+    /// without the [m, out] buffer: each block of output rows is reduced while it is in
+    /// cache. The values compared are
     /// [`HostWeight::matmul`]'s, bit for bit (same blocks, same kernels), so greedy
     /// decoding picks the same token either way.
     pub fn matmul_argmax(&self, x: &[f32], m: usize) -> Vec<u32> {
