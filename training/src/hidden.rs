@@ -132,22 +132,13 @@ impl HiddenSet {
             .get(1)
             .ok_or_else(|| err("hidden is not 2-D".into()))?;
         // Straight from the bytes: no per-element allocation (the cache is ~1.6 GB).
-        let word = |c: &[u8]| -> [u8; 4] { [c[0], c[1], c[2], c[3]] };
-        let hidden = hidden_view
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(word(c)))
-            .collect();
-        let tokens = get("tokens")?
-            .data()
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(word(c)))
+        let hidden = words(hidden_view.data()).map(f32::from_le_bytes).collect();
+        let tokens = words(get("tokens")?.data())
+            .map(u32::from_le_bytes)
             .collect();
         let target = get("target")?.data().iter().map(|&b| b != 0).collect();
-        let starts = get("starts")?
-            .data()
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
+        let starts = words(get("starts")?.data())
+            .map(|w| u64::from_le_bytes(w) as usize)
             .collect();
         Ok(Some(HiddenSet {
             hidden_size,
@@ -157,6 +148,11 @@ impl HiddenSet {
             starts,
         }))
     }
+}
+
+/// The N-byte words of `b`, in order (a tail shorter than N is dropped).
+fn words<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+    b.chunks_exact(N).map(|c| c.try_into().unwrap_or([0; N]))
 }
 
 #[cfg(test)]
