@@ -11,7 +11,8 @@
 //! (each weight row streamed once under up to eight activation rows), AVX2+FMA, portable
 //! code otherwise. `TOKI_NO_AVX512=1` turns the first off (for A/B runs).
 //!
-//! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul.
+//! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul. The heads
+//! keep their host copies in half precision ([`half_kernel`]).
 
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -22,9 +23,27 @@ pub const HOST_ROWS: usize = 16;
 /// A projection weight `[out, in]` (row-major, as HF stores it) on the host.
 #[derive(Clone)]
 pub struct HostWeight {
-    w: Arc<[f32]>,
+    w: Stored,
     out: usize,
     inn: usize,
+}
+
+/// The precision a host copy keeps its weights in; the arithmetic is f32 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostPrecision {
+    /// As loaded: what the base verifies with.
+    #[default]
+    F32,
+    /// IEEE half precision ([`half_kernel`]): for the heads, which only propose.
+    F16,
+}
+
+/// How a [`HostWeight`] keeps its values.
+#[derive(Clone)]
+enum Stored {
+    F32(Arc<[f32]>),
+    /// IEEE half-precision bits, for weights that only propose ([`half_kernel`]).
+    F16(Arc<[u16]>),
 }
 
 impl std::fmt::Debug for HostWeight {
@@ -38,9 +57,39 @@ impl HostWeight {
     pub fn new(w: Vec<f32>, out: usize, inn: usize) -> Self {
         assert_eq!(w.len(), out * inn, "host weight is not [{out}, {inn}]");
         Self {
-            w: w.into(),
+            w: Stored::F32(w.into()),
             out,
             inn,
+        }
+    }
+
+    /// `w` ([out, in] row-major) kept in `precision`. Half precision halves the memory
+    /// traffic of a step; it is for weights whose products only propose tokens (the
+    /// heads), never for what the base verifies. Where a value does not fit f16's range
+    /// the weight stays f32.
+    pub fn with_precision(w: Vec<f32>, out: usize, inn: usize, precision: HostPrecision) -> Self {
+        let half = match precision {
+            HostPrecision::F32 => None,
+            HostPrecision::F16 => half_kernel::to_f16(&w),
+        };
+        match half {
+            Some(h) => {
+                assert_eq!(h.len(), out * inn, "host weight is not [{out}, {inn}]");
+                Self {
+                    w: Stored::F16(h.into()),
+                    out,
+                    inn,
+                }
+            }
+            None => Self::new(w, out, inn),
+        }
+    }
+
+    /// How the values are kept ([`HostWeight::with_precision`]).
+    pub fn precision(&self) -> HostPrecision {
+        match self.w {
+            Stored::F32(_) => HostPrecision::F32,
+            Stored::F16(_) => HostPrecision::F16,
         }
     }
 
@@ -62,7 +111,7 @@ impl HostWeight {
             .enumerate()
             .for_each(|(b, chunk)| {
                 let rows = b * block..(b * block + chunk.len() / m);
-                rows_times_x(&self.w, inn, rows, x, m, chunk);
+                self.w.rows_times_x(inn, rows, x, m, chunk);
             });
         // [out, m] -> [m, out]
         let mut y = vec![0.0f32; m * out];
@@ -91,7 +140,7 @@ impl HostWeight {
                 let rows = b * block..((b + 1) * block).min(out);
                 yt.clear();
                 yt.resize(rows.len() * m, 0.0); // [rows, m]
-                rows_times_x(&self.w, inn, rows.clone(), x, m, yt);
+                self.w.rows_times_x(inn, rows.clone(), x, m, yt);
                 (0..m)
                     .map(|i| {
                         let col = yt.iter().skip(i).step_by(m);
@@ -125,6 +174,23 @@ fn first_max(mut it: impl Iterator<Item = (usize, f32)>) -> (f32, u32) {
 fn block_rows(out: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     out.div_ceil(threads * 4).clamp(16, 256).next_multiple_of(2)
+}
+
+impl Stored {
+    /// `yt[(o - rows.start) * m + i] = W[o] · x[i]` for o in `rows`, i < m.
+    fn rows_times_x(
+        &self,
+        inn: usize,
+        rows: std::ops::Range<usize>,
+        x: &[f32],
+        m: usize,
+        yt: &mut [f32],
+    ) {
+        match self {
+            Stored::F32(w) => rows_times_x(w, inn, rows, x, m, yt),
+            Stored::F16(w) => half_kernel::rows_times_x(w, inn, rows, x, m, yt),
+        }
+    }
 }
 
 /// `yt[(o - rows.start) * m + i] = W[o] · x[i]` for o in `rows`, i < m.
@@ -204,21 +270,21 @@ fn portable_rows_times_x(
 /// out)` computes the block's rows times activation rows `i..i + g` into `out[j][..g]`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn walk_blocks<'w>(
-    w: &'w [f32],
+fn walk_blocks<'w, T>(
+    w: &'w [T],
     inn: usize,
     rows: std::ops::Range<usize>,
     m: usize,
     yt: &mut [f32],
     step: usize,
     group: impl Fn(usize) -> usize,
-    mut kernel: impl FnMut([&'w [f32]; 4], usize, usize, &mut [[f32; 8]; 4]),
+    mut kernel: impl FnMut([&'w [T]; 4], usize, usize, &mut [[f32; 8]; 4]),
 ) {
     let mut out = [[0.0f32; 8]; 4];
     let mut o = rows.start;
     while o < rows.end {
         let n = (rows.end - o).min(step);
-        let wr: [&[f32]; 4] = std::array::from_fn(|j| &w[(o + j.min(n - 1)) * inn..][..inn]);
+        let wr: [&[T]; 4] = std::array::from_fn(|j| &w[(o + j.min(n - 1)) * inn..][..inn]);
         let base = (o - rows.start) * m;
         let mut i = 0;
         while i < m {
@@ -505,6 +571,8 @@ mod avx512 {
         out
     }
 }
+
+mod half_kernel;
 
 #[cfg(test)]
 mod tests;
