@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
 use crate::heads::{HeadKind, HeadPath, MedusaHeads};
-use crate::kernels::HostWeight;
+use crate::kernels::{HostPrecision, HostWeight};
 use crate::llama::{LlamaModel, host_matmul, host_path, transpose};
 
 /// The file: token ids with their counts in the heads' training data, most frequent first.
@@ -110,13 +110,20 @@ fn draft_err(path: &Path, msg: impl ToString) -> ModelError {
 struct Projection {
     /// [D, N]
     weight: Tensor<2>,
-    /// [N, D] host copy for the CPU fast path (where the base has one).
+    /// [N, D] host copy for the CPU fast path (where the base has one), in the heads'
+    /// host precision.
     host: Option<HostWeight>,
 }
 
 impl Projection {
     /// `full` [D, V] -> the columns `ids`.
-    fn select(full: Tensor<2>, ids: &Tensor<1, Int>, n: usize, host: bool) -> Result<Self> {
+    fn select(
+        full: Tensor<2>,
+        ids: &Tensor<1, Int>,
+        n: usize,
+        host: bool,
+        precision: HostPrecision,
+    ) -> Result<Self> {
         let [d, _] = full.dims();
         let weight = full.select(1, ids.clone()); // [D, N]
         let host = if host {
@@ -128,7 +135,12 @@ impl Projection {
                     path: Default::default(),
                     msg: format!("draft vocabulary: {e}"),
                 })?;
-            Some(HostWeight::new(transpose(&w, d, n), n, d))
+            Some(HostWeight::with_precision(
+                transpose(&w, d, n),
+                n,
+                d,
+                precision,
+            ))
         } else {
             None
         };
@@ -157,7 +169,8 @@ pub struct DraftVocab {
 
 impl DraftVocab {
     /// Cut `heads`' (or, for shared heads, `base`'s) vocabulary projection down to `ids`
-    /// (checked: inside the vocabulary, no repeats).
+    /// (checked: inside the vocabulary, no repeats). The host copy follows the heads'
+    /// [`MedusaHeads::host_precision`]: build it after [`MedusaHeads::with_host_kernels`].
     pub fn new(ids: Vec<u32>, heads: &MedusaHeads, base: &LlamaModel) -> Result<Self> {
         let vocab = base.config().vocab_size;
         let counts = TokenCounts {
@@ -170,12 +183,15 @@ impl DraftVocab {
         let idx: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
         let idx = Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device);
         let host = base.uses_host_kernels();
+        // Host copies as precise as the heads' own (half precision once they decode).
+        let precision = heads.host_precision();
         let projections = match heads.config().kind {
             HeadKind::Shared => vec![Projection::select(
                 base.lm_head().weight.val(),
                 &idx,
                 n,
                 host,
+                precision,
             )?],
             HeadKind::Own => (0..heads.num_heads())
                 .map(|h| {
@@ -183,7 +199,7 @@ impl DraftVocab {
                         path: Default::default(),
                         msg: format!("head {h} has no lm_head"),
                     })?;
-                    Projection::select(lm.weight.val(), &idx, n, host)
+                    Projection::select(lm.weight.val(), &idx, n, host, precision)
                 })
                 .collect::<Result<_>>()?,
         };

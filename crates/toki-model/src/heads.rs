@@ -38,7 +38,7 @@ use burn::tensor::{DType, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::host_vec;
-use crate::kernels::HostWeight;
+use crate::kernels::{HostPrecision, HostWeight};
 use crate::llama::{LlamaModel, host_matmul, host_path, transpose};
 
 /// Where a head's vocabulary projection comes from.
@@ -296,8 +296,14 @@ impl MedusaHeads {
     /// The same heads with host copies of their square projections (F_k and the residual
     /// blocks), so that decoding steps run them on the host kernel like the base's
     /// projections ([`crate::kernels`]); unchanged where `base` has no host kernels. The
-    /// copies are taken now: for inference, after any training.
-    pub fn with_host_kernels(mut self, base: &LlamaModel) -> Self {
+    /// copies are taken now: for inference, after any training. They are kept in half
+    /// precision: heads only propose, and ship in f16 ([`HostPrecision::F16`]).
+    pub fn with_host_kernels(self, base: &LlamaModel) -> Self {
+        self.with_host_kernels_in(base, HostPrecision::F16)
+    }
+
+    /// [`MedusaHeads::with_host_kernels`] with the host copies in `precision`.
+    pub fn with_host_kernels_in(mut self, base: &LlamaModel, precision: HostPrecision) -> Self {
         if !base.uses_host_kernels() {
             self.host = None;
             return self;
@@ -305,10 +311,11 @@ impl MedusaHeads {
         let copy = |l: &Linear| {
             let [d_in, d_out] = l.weight.val().dims();
             // Burn keeps [in, out]; the kernel reads [out, in].
-            HostWeight::new(
+            HostWeight::with_precision(
                 transpose(&host_vec(l.weight.val()), d_in, d_out),
                 d_out,
                 d_in,
+                precision,
             )
         };
         let host = self
@@ -321,6 +328,15 @@ impl MedusaHeads {
             .collect();
         self.host = Some(host);
         self
+    }
+
+    /// The precision of the host copies ([`MedusaHeads::with_host_kernels_in`]); f32 where
+    /// there are none (Burn's matmul, or heads still in training).
+    pub fn host_precision(&self) -> HostPrecision {
+        self.host
+            .as_ref()
+            .and_then(|h| h.iter().flat_map(|c| c.blocks.iter().chain(&c.path)).next())
+            .map_or(HostPrecision::F32, HostWeight::precision)
     }
 
     /// Head `h`'s own vocabulary projection ([D, vocab] weight); `None` for the shared kind.

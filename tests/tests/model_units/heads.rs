@@ -2,6 +2,7 @@
 //! next-token and path heads, draft vocabularies, the host kernel under the heads.
 
 use super::*;
+use toki_model::HostPrecision;
 
 #[test]
 fn reference_medusa_checkpoint_gives_the_same_proposals_as_native() {
@@ -228,7 +229,9 @@ fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
         heads.save(&dir).unwrap();
         let json = std::fs::read_to_string(dir.join("heads.json")).unwrap();
         assert!(json.contains("hidden_and_path"), "{json}");
-        let loaded = MedusaHeads::load(&dir, &m).unwrap().with_host_kernels(&m);
+        let loaded = MedusaHeads::load(&dir, &m)
+            .unwrap()
+            .with_host_kernels_in(&m, HostPrecision::F32);
         for (x, y) in chain
             .into_iter()
             .zip(loaded.forward(hidden.clone(), ids(&root), &m))
@@ -310,21 +313,44 @@ fn draft_vocabulary_logits_are_the_full_logits_at_its_ids() {
 fn heads_on_the_host_kernel_match_burns() {
     // `with_host_kernels` copies F_k and the residual blocks (bias included) to the host
     // kernel on the cpu backend; a step's few rows take it, 20 rows keep Burn's matmul.
-    // On a backend without host kernels (wgpu) it changes nothing.
+    // On a backend without host kernels (wgpu) it changes nothing. f32 copies give Burn's
+    // logits; the default f16 copies give them to f16's rounding of the weights (2⁻¹¹
+    // relative, over 32-wide products of random weights: well under 1e-2).
     let m = model(13, 2);
     let cfg = HeadsConfig {
         input: HeadInput::HiddenAndNext,
         ..HeadsConfig::for_model(HeadKind::Shared, 3, 2, m.config())
     };
     let burn_only = MedusaHeads::random(cfg, 14, 0.3, &dev()).unwrap();
-    let host = burn_only.clone().with_host_kernels(&m);
+    assert_eq!(burn_only.host_precision(), HostPrecision::F32);
+    let host = burn_only
+        .clone()
+        .with_host_kernels_in(&m, HostPrecision::F32);
+    let half = burn_only.clone().with_host_kernels(&m);
+    let on_host = m.uses_host_kernels();
+    let want = if on_host {
+        HostPrecision::F16
+    } else {
+        HostPrecision::F32
+    };
+    assert_eq!(half.host_precision(), want);
     for rows in [1, 3, 20] {
         let hidden = Tensor::<2>::random([rows, 32], burn::tensor::Distribution::Default, &dev());
         let a = burn_only.forward(hidden.clone(), next(rows), &m);
-        let b = host.forward(hidden, next(rows), &m);
-        for (x, y) in a.into_iter().zip(b) {
-            let d = max_diff(&vec2(x), &vec2(y));
+        let b = host.forward(hidden.clone(), next(rows), &m);
+        let c = half.forward(hidden, next(rows), &m);
+        for ((x, y), z) in a.into_iter().zip(b).zip(c) {
+            let (x, y, z) = (vec2(x), vec2(y), vec2(z));
+            let d = max_diff(&x, &y);
             assert!(d < 1e-4, "rows {rows}: host and Burn heads differ by {d}");
+            let d = max_diff(&x, &z);
+            assert!(
+                d < 1e-2,
+                "rows {rows}: f16 host and Burn heads differ by {d}"
+            );
+            if on_host && rows < 20 {
+                assert!(d > 0.0, "rows {rows}: the f16 copies were not used");
+            }
         }
     }
 }

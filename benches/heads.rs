@@ -1,0 +1,162 @@
+//! The heads' proposal step with trained heads on a real model: the host copies of the
+//! heads and their draft vocabulary kept in f32 or in f16 (`HostPrecision`), timed side
+//! by side, and how often the two rank the same proposals.
+//!
+//! `cargo bench -p toki-benches --bench heads` (env `TOKI_MODEL` = model folder,
+//! `TOKI_HEADS` = heads folder, `TOKI_REPEAT` = timed rounds). The cpu backend only: the
+//! host copies exist there alone.
+//!
+//! Hidden states come from one real text: a prompt and the base's own answer (48 tokens),
+//! run through the base once. Each round ranks every position's proposals with both
+//! copies, in turn, each ranking after an untimed base pass as in decoding.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::tensor::Device;
+use toki_decode::proposer::StepInput;
+use toki_decode::{Engine, EngineOptions, HeadProposer, Prompt, Proposer, Request};
+use toki_model::HostPrecision;
+use toki_model::tokenizer::Message;
+use toki_model::{DraftVocab, MedusaHeads, RopeTables, TokenCounts};
+
+fn folder(var: &str, default: &str) -> PathBuf {
+    let dir = PathBuf::from(std::env::var(var).unwrap_or_else(|_| default.into()));
+    if dir.exists() {
+        dir
+    } else {
+        Path::new("..").join(dir)
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let model_dir = folder("TOKI_MODEL", "models/smollm2-135m-instruct");
+    let heads_dir = folder("TOKI_HEADS", "training/heads/smollm2-135m-instruct");
+    let repeat: usize = std::env::var("TOKI_REPEAT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let device = Device::flex();
+    let engine = match Engine::load(&model_dir, &device, &EngineOptions::default()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!(
+                "cannot load {} ({e}); run scripts/demo.sh first or set TOKI_MODEL",
+                model_dir.display()
+            );
+            return;
+        }
+    };
+    let base = engine.model();
+    let proposer = |precision: HostPrecision| -> HeadProposer {
+        let heads = MedusaHeads::load(&heads_dir, base)
+            .expect("loading the heads (set TOKI_HEADS)")
+            .with_host_kernels_in(base, precision);
+        let size = heads.config().draft_vocab;
+        if size == 0 {
+            return HeadProposer::new(heads);
+        }
+        let file = heads_dir.join("draft-vocab.json");
+        let ids = TokenCounts::read(&file)
+            .and_then(|c| c.top(size, base.config().vocab_size, &file))
+            .expect("reading the draft vocabulary");
+        let draft = DraftVocab::new(ids, &heads, base).expect("draft vocabulary");
+        HeadProposer::with_draft(heads, draft)
+    };
+    let variants = [
+        ("f32", proposer(HostPrecision::F32)),
+        ("f16", proposer(HostPrecision::F16)),
+    ];
+
+    // One real text: a bench prompt and the base's greedy answer.
+    let prompt = Prompt::Chat(vec![Message::user(
+        "Write a Python function that reads a CSV file and returns the rows as dictionaries.",
+    )]);
+    let out = engine
+        .generate(&Request::greedy(prompt, 48))
+        .expect("plain decoding");
+    let mut ids = out.prompt_ids.clone();
+    ids.extend(&out.output_ids);
+    let rope = RopeTables::new(base.config(), ids.len(), &device);
+    let hidden = base.sequence_hidden(&ids, &rope); // [T, D]
+    let start = out.prompt_ids.len();
+    let depth = variants[1].1.num_heads();
+    let k = vec![4; depth];
+
+    let mut times = vec![vec![]; variants.len()];
+    let mut ranked = vec![vec![]; variants.len()];
+    // As in decoding, the base's pass before each step has streamed its ~540 MB of weights
+    // through the caches: one untimed base pass of one token precedes every timed ranking.
+    let base_pass = |token: u32| {
+        let h = base.sequence_hidden(&[token], &rope); // [1, D]
+        toki_decode::greedy_tokens(base, h).expect("the base's pass");
+    };
+    for round in 0..=repeat {
+        for (v, (_, p)) in variants.iter().enumerate() {
+            let mut ms = 0.0;
+            let r: Vec<_> = (start..ids.len())
+                .map(|pos| {
+                    base_pass(ids[pos]);
+                    let input = StepInput {
+                        base,
+                        hidden: hidden.clone().slice([pos - 1..pos]),
+                        history: &ids[..pos],
+                    };
+                    let t = Instant::now();
+                    let r = p.rank(input, &k).expect("ranking");
+                    ms += t.elapsed().as_secs_f64() * 1e3;
+                    r
+                })
+                .collect();
+            // Round 0 warms up; later rounds are timed.
+            if round > 0 {
+                times[v].push(ms / (ids.len() - start) as f64);
+            }
+            ranked[v] = r;
+        }
+    }
+    let f32_ms = median(times[0].clone());
+    println!(
+        "heads' proposal step ({depth} heads, top-{} each, {} positions, median of {repeat} rounds):",
+        k[0],
+        ids.len() - start
+    );
+    for ((name, _), t) in variants.iter().zip(&times) {
+        let ms = median(t.clone());
+        println!(
+            "  host copies in {name}: {ms:.3} ms per step, {:.2}x f32",
+            ms / f32_ms
+        );
+    }
+    // How often f16 copies propose what f32 copies do: the same top-1, the same top-k set.
+    let (a, b) = (&ranked[0], &ranked[1]);
+    for h in 0..depth {
+        let top1 = a
+            .iter()
+            .zip(b)
+            .filter(|(x, y)| x[h][0].0 == y[h][0].0)
+            .count();
+        let set = a
+            .iter()
+            .zip(b)
+            .filter(|(x, y)| {
+                let mut p: Vec<u32> = x[h].iter().map(|t| t.0).collect();
+                let mut q: Vec<u32> = y[h].iter().map(|t| t.0).collect();
+                p.sort_unstable();
+                q.sort_unstable();
+                p == q
+            })
+            .count();
+        println!(
+            "  head {}: same top-1 at {top1} of {} positions, same top-{} set at {set}",
+            h + 1,
+            a.len(),
+            k[0]
+        );
+    }
+}
