@@ -36,6 +36,27 @@ enum Command {
     DraftVocab(cmd::draft_vocab::Args),
 }
 
+/// Makes this thread one of rayon's global pool (the CPU kernels' parallel loops run on
+/// it), so that a loop started here runs its share here: otherwise each of a step's ~200
+/// loops hands its work to the pool's threads and sleeps until they are done (README,
+/// "The main thread in the pool"). The pool keeps at least one thread of its own for
+/// work started on other threads (`RAYON_NUM_THREADS`, else one per CPU, at least 2).
+fn join_rayon_pool() {
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(2);
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(2))
+        .use_current_thread()
+        .build_global()
+    {
+        tracing::warn!("rayon's global pool: {e}");
+    }
+}
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -44,6 +65,7 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    join_rayon_pool();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::ConvertGguf(a) => cmd::convert_gguf::run(a),
