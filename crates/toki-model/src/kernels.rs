@@ -44,6 +44,8 @@ enum Stored {
     F32(Arc<[f32]>),
     /// IEEE half-precision bits, for weights that only propose ([`half_kernel`]).
     F16(Arc<[u16]>),
+    /// Blocks that give back the f32 values bit for bit ([`blocks`]).
+    Blocks(blocks::Blocks),
 }
 
 impl std::fmt::Debug for HostWeight {
@@ -85,11 +87,38 @@ impl HostWeight {
         }
     }
 
-    /// How the values are kept ([`HostWeight::with_precision`]).
+    /// How the values are kept ([`HostWeight::with_precision`]); block storage gives the
+    /// f32 values back exactly.
     pub fn precision(&self) -> HostPrecision {
         match self.w {
-            Stored::F32(_) => HostPrecision::F32,
+            Stored::F32(_) | Stored::Blocks(_) => HostPrecision::F32,
             Stored::F16(_) => HostPrecision::F16,
+        }
+    }
+
+    /// `w` ([out, in] row-major) in the smallest storage that gives back every value bit
+    /// for bit: Q4_1-style blocks (0.75 bytes a weight) or Q8_0-style blocks (1.125) where
+    /// the weights are exactly such blocks' values (a model converted from those GGUF
+    /// types), f32 otherwise ([`blocks`]). Products are bit-identical to the f32 copy's.
+    pub fn compact(w: Vec<f32>, out: usize, inn: usize) -> Self {
+        assert_eq!(w.len(), out * inn, "host weight is not [{out}, {inn}]");
+        match blocks::Blocks::encode(&w, inn) {
+            Some(b) => Self {
+                w: Stored::Blocks(b),
+                out,
+                inn,
+            },
+            None => Self::new(w, out, inn),
+        }
+    }
+
+    /// Bytes the host copy reads per weight in a step: 4 (f32), 2 (f16), 0.75 or 1.125
+    /// (blocks).
+    pub fn bytes_per_weight(&self) -> f64 {
+        match &self.w {
+            Stored::F32(_) => 4.0,
+            Stored::F16(_) => 2.0,
+            Stored::Blocks(b) => b.bytes_per_weight(),
         }
     }
 
@@ -189,6 +218,7 @@ impl Stored {
         match self {
             Stored::F32(w) => rows_times_x(w, inn, rows, x, m, yt),
             Stored::F16(w) => half_kernel::rows_times_x(w, inn, rows, x, m, yt),
+            Stored::Blocks(b) => b.rows_times_x(inn, rows, x, m, yt),
         }
     }
 }
@@ -456,122 +486,9 @@ mod avx2 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use super::avx2::{PREFETCH, dot4x1, hsum, prefetch};
-    use std::arch::x86_64::*;
+mod avx512;
 
-    /// `yt[(o - rows.start) * m + i] = W[o] · x[i]` for 2+ activation rows: each weight
-    /// row is read from memory once, in order, while up to eight activation rows (in L1)
-    /// meet it, so the arithmetic is spread evenly over the memory stream (the AVX2 kernel
-    /// meets the second group of rows from L1 with no memory traffic under it). Blocks of
-    /// two weight rows for 5-8 activation rows (16 accumulators), four for 2-4; more than
-    /// eight rows go in groups of eight, the first prefetching.
-    ///
-    /// Each dot product sums the products of lane `k mod 16` in order and then adds the
-    /// lanes as the one-row kernel does, so a row's result does not depend on how many
-    /// rows share the step (bit-identical to [`dot4x1`], tested).
-    ///
-    /// Measured (`examples/kern.rs`, one model pass, medians of 10 rounds, this 2-core
-    /// AMD EPYC): 6 / 8 rows cost 1.17-1.20 / 1.18-1.27x one row in three runs, against
-    /// 1.29-1.36 / 1.38-1.49x for the AVX2 kernel in two; 2-4 rows cost 0.97-1.17x
-    /// on four-row blocks (two-row blocks there cost 1.13-1.24x).
-    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    pub(super) unsafe fn rows_times_x(
-        w: &[f32],
-        inn: usize,
-        rows: std::ops::Range<usize>,
-        x: &[f32],
-        m: usize,
-        yt: &mut [f32],
-    ) {
-        let xrow = |i: usize| &x[i * inn..(i + 1) * inn];
-        let wide = m.min(8) > 4;
-        let step = if wide { 2 } else { 4 };
-        super::walk_blocks(
-            w,
-            inn,
-            rows,
-            m,
-            yt,
-            step,
-            |left| left.min(8),
-            |wr, i, g, out| {
-                let pf = if i == 0 { PREFETCH } else { 0 };
-                macro_rules! run {
-                    ($r:literal, $g:literal) => {{
-                        let xr: [&[f32]; $g] = std::array::from_fn(|j| xrow(i + j));
-                        let s = dot::<$r, $g>(std::array::from_fn(|j| wr[j]), xr, inn, pf);
-                        (0..$r).for_each(|j| out[j][..$g].copy_from_slice(&s[j]));
-                    }};
-                }
-                match (wide, g) {
-                    (false, 1) => {
-                        let s = dot4x1(wr, xrow(i), inn, pf);
-                        (0..4).for_each(|j| out[j][0] = s[j]);
-                    }
-                    (false, 2) => run!(4, 2),
-                    (false, 3) => run!(4, 3),
-                    (false, _) => run!(4, 4),
-                    (true, 1) => run!(2, 1),
-                    (true, 2) => run!(2, 2),
-                    (true, 3) => run!(2, 3),
-                    (true, 4) => run!(2, 4),
-                    (true, 5) => run!(2, 5),
-                    (true, 6) => run!(2, 6),
-                    (true, 7) => run!(2, 7),
-                    (true, _) => run!(2, 8),
-                }
-            },
-        );
-    }
-
-    /// `R` weight rows times `M` activation rows, 16 floats a step: `R·M` accumulators.
-    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    fn dot<const R: usize, const M: usize>(
-        w: [&[f32]; R],
-        x: [&[f32]; M],
-        inn: usize,
-        pf: usize,
-    ) -> [[f32; M]; R] {
-        let n16 = inn / 16 * 16;
-        let mut a = [[_mm512_setzero_ps(); M]; R];
-        let mut k = 0;
-        while k < n16 {
-            // SAFETY: k + 16 <= n16 <= inn = every row's length.
-            unsafe {
-                // One 64-byte line per row per step.
-                if pf > 0 {
-                    for row in &w {
-                        prefetch(row.as_ptr().wrapping_add(k + pf));
-                    }
-                }
-                let mut xv = [_mm512_setzero_ps(); M];
-                for j in 0..M {
-                    xv[j] = _mm512_loadu_ps(x[j].as_ptr().add(k));
-                }
-                for r in 0..R {
-                    let v = _mm512_loadu_ps(w[r].as_ptr().add(k));
-                    for j in 0..M {
-                        a[r][j] = _mm512_fmadd_ps(v, xv[j], a[r][j]);
-                    }
-                }
-            }
-            k += 16;
-        }
-        let mut out = [[0.0; M]; R];
-        for r in 0..R {
-            for j in 0..M {
-                // Lanes 0-7 plus lanes 8-15, then across: the one-row kernel's order.
-                let lo = _mm512_castps512_ps256(a[r][j]);
-                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a[r][j])));
-                let tail: f32 = (n16..inn).map(|kk| w[r][kk] * x[j][kk]).sum();
-                out[r][j] = hsum(_mm256_add_ps(lo, hi)) + tail;
-            }
-        }
-        out
-    }
-}
-
+mod blocks;
 mod half_kernel;
 
 #[cfg(test)]

@@ -1,0 +1,356 @@
+//! Lossless block storage for weights that are exactly the values of a block-quantized
+//! format: a model converted from a Q4_1 or Q8_0 GGUF (the demo model) holds f32 weights
+//! that are each `d·q + m` or `d·q` for a few constants per block of 32.
+//!
+//! One decoding step streams every weight once, and the f32 copy costs 4 bytes a weight:
+//! the step is bound by memory. Where every block of a matrix reproduces its f32 values bit
+//! for bit from (d, m, 4-bit q) or (d, 8-bit q), the host copy keeps those instead (24 or
+//! 36 bytes per 32 weights, 0.75 or 1.125 a weight). The kernel decodes four weight rows at
+//! a time into an f32 scratch (in L1), with the same arithmetic as the GGUF decoder
+//! (`gguf::dequantize`: a product, then a sum, each rounded; no fused multiply-add), and
+//! runs the f32 kernels on it. The values are the f32 weights' and the kernels the same,
+//! so every product is bit-identical to the f32 copy's (tested): nothing is approximated.
+//! Any block that does not round-trip leaves the whole matrix in f32.
+
+/// 32 weights `x = d·q + m`, q in 0..16: elements 0..16 in the low nibbles of `qs`,
+/// 16..32 in the high ones (GGUF's Q4_1 order).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Q4 {
+    d: f32,
+    m: f32,
+    qs: [u8; 16],
+}
+
+/// 32 weights `x = d·q`, q in -128..128 (GGUF's Q8_0).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Q8 {
+    d: f32,
+    qs: [i8; 32],
+}
+
+/// The f16 values nearest `v` and one step either side: the candidates for a block's
+/// scale, which the GGUF file stored as f16.
+fn f16_near(v: f32) -> [f32; 3] {
+    let h = half::f16::from_f32(v);
+    let bits = h.to_bits();
+    [
+        h.to_f32(),
+        half::f16::from_bits(bits.wrapping_add(1)).to_f32(),
+        half::f16::from_bits(bits.wrapping_sub(1)).to_f32(),
+    ]
+}
+
+impl Q4 {
+    /// The block of `v` (32 values), if some (d, m, q) gives every value back exactly.
+    fn encode(v: &[f32]) -> Option<Self> {
+        // The quantizer maps the block's minimum to q = 0 (x = m exactly) and its maximum
+        // to q = 15 (or less, where it fits the scale otherwise): d is (max - m) / k.
+        let m = v.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if !m.is_finite() || !max.is_finite() {
+            return None;
+        }
+        let scales = (1..=15).rev().flat_map(|k| f16_near((max - m) / k as f32));
+        scales.into_iter().find_map(|d| {
+            let mut q = [0u8; 32];
+            for (qi, &x) in q.iter_mut().zip(v) {
+                let k = if d == 0.0 { 0.0 } else { ((x - m) / d).round() };
+                if !(0.0..=15.0).contains(&k) || (d * k + m).to_bits() != x.to_bits() {
+                    return None;
+                }
+                *qi = k as u8;
+            }
+            let qs = std::array::from_fn(|j| q[j] | (q[j + 16] << 4));
+            Some(Self { d, m, qs })
+        })
+    }
+
+    /// The 32 values, as the GGUF decoder computes them.
+    fn decode(&self, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present (checked just above); `out` holds 32 values.
+            unsafe { x86::decode_q4(self, out) };
+            return;
+        }
+        for (j, &b) in self.qs.iter().enumerate() {
+            out[j] = self.d * (b & 0x0f) as f32 + self.m;
+            out[j + 16] = self.d * (b >> 4) as f32 + self.m;
+        }
+    }
+}
+
+impl Q8 {
+    /// The block of `v` (32 values), if some (d, q) gives every value back exactly.
+    fn encode(v: &[f32]) -> Option<Self> {
+        // The quantizer maps the largest magnitude to |q| = 127 (or less; -128 fits too):
+        // d is amax / k.
+        let amax = v.iter().fold(0.0f32, |a, x| a.max(x.abs()));
+        if !amax.is_finite() {
+            return None;
+        }
+        let scales = (1..=128).rev().flat_map(|k| f16_near(amax / k as f32));
+        scales.into_iter().find_map(|d| {
+            let mut qs = [0i8; 32];
+            for (qi, &x) in qs.iter_mut().zip(v) {
+                let k = if d == 0.0 { 0.0 } else { (x / d).round() };
+                if !(-128.0..=127.0).contains(&k) || (d * k).to_bits() != x.to_bits() {
+                    return None;
+                }
+                *qi = k as i8;
+            }
+            Some(Self { d, qs })
+        })
+    }
+
+    fn decode(&self, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present (checked just above); `out` holds 32 values.
+            unsafe { x86::decode_q8(self, out) };
+            return;
+        }
+        for (o, &q) in out.iter_mut().zip(&self.qs) {
+            *o = self.d * q as f32;
+        }
+    }
+}
+
+/// Blocks of one kind, row-major: row `o` is blocks `o·inn/32 .. (o+1)·inn/32`.
+#[derive(Clone, Debug)]
+pub(super) enum Blocks {
+    Q4(std::sync::Arc<[Q4]>),
+    Q8(std::sync::Arc<[Q8]>),
+}
+
+impl Blocks {
+    /// `w` [rows, inn] as Q4 blocks if every block round-trips, else as Q8 blocks if every
+    /// one does; `None` otherwise, or when rows are not whole blocks.
+    pub(super) fn encode(w: &[f32], inn: usize) -> Option<Self> {
+        use rayon::prelude::*;
+        if inn == 0 || !inn.is_multiple_of(32) || w.is_empty() {
+            return None;
+        }
+        let q4: Option<Vec<Q4>> = w.par_chunks(32).map(Q4::encode).collect();
+        if let Some(b) = q4 {
+            return Some(Self::Q4(b.into()));
+        }
+        let q8: Option<Vec<Q8>> = w.par_chunks(32).map(Q8::encode).collect();
+        q8.map(|b| Self::Q8(b.into()))
+    }
+
+    /// Bytes per weight.
+    pub(super) fn bytes_per_weight(&self) -> f64 {
+        match self {
+            Self::Q4(_) => std::mem::size_of::<Q4>() as f64 / 32.0,
+            Self::Q8(_) => std::mem::size_of::<Q8>() as f64 / 32.0,
+        }
+    }
+
+    /// Row `o` (`inn` values) into `out`.
+    fn decode_row(&self, o: usize, inn: usize, out: &mut [f32]) {
+        let per_row = inn / 32;
+        let range = o * per_row..(o + 1) * per_row;
+        match self {
+            Self::Q4(b) => {
+                (b[range].iter().zip(out.chunks_exact_mut(32))).for_each(|(b, o)| b.decode(o))
+            }
+            Self::Q8(b) => {
+                (b[range].iter().zip(out.chunks_exact_mut(32))).for_each(|(b, o)| b.decode(o))
+            }
+        }
+    }
+
+    /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`: four rows at a time decoded into a
+    /// scratch, then the f32 kernels over it (the same kernels, so the same sums).
+    pub(super) fn rows_times_x(
+        &self,
+        inn: usize,
+        rows: std::ops::Range<usize>,
+        x: &[f32],
+        m: usize,
+        yt: &mut [f32],
+    ) {
+        let mut scratch = vec![0.0f32; 4 * inn]; // [4, inn]
+        let mut o = rows.start;
+        while o < rows.end {
+            let n = (rows.end - o).min(4);
+            for (j, row) in scratch.chunks_exact_mut(inn).take(n).enumerate() {
+                self.decode_row(o + j, inn, row);
+            }
+            let base = (o - rows.start) * m;
+            super::rows_times_x(
+                &scratch[..n * inn],
+                inn,
+                0..n,
+                x,
+                m,
+                &mut yt[base..base + n * m],
+            );
+            o += n;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Q4, Q8};
+    use std::arch::x86_64::*;
+
+    /// Eight bytes (the low 8 of `b`) as f32, times `d`, plus `m` (two roundings, as the
+    /// scalar code), stored at `out`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn eight_u8(b: __m128i, d: __m256, m: __m256, out: *mut f32) {
+        let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+        // SAFETY: the caller passes room for eight floats.
+        unsafe { _mm256_storeu_ps(out, _mm256_add_ps(_mm256_mul_ps(f, d), m)) };
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn decode_q4(b: &Q4, out: &mut [f32]) {
+        assert!(out.len() >= 32);
+        let (d, m) = (_mm256_set1_ps(b.d), _mm256_set1_ps(b.m));
+        // SAFETY: `qs` holds 16 bytes; `out` holds 32 floats (asserted).
+        unsafe {
+            let qs = _mm_loadu_si128(b.qs.as_ptr() as *const __m128i);
+            let mask = _mm_set1_epi8(0x0f);
+            let lo = _mm_and_si128(qs, mask);
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), mask);
+            let p = out.as_mut_ptr();
+            eight_u8(lo, d, m, p);
+            eight_u8(_mm_srli_si128::<8>(lo), d, m, p.add(8));
+            eight_u8(hi, d, m, p.add(16));
+            eight_u8(_mm_srli_si128::<8>(hi), d, m, p.add(24));
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn decode_q8(b: &Q8, out: &mut [f32]) {
+        assert!(out.len() >= 32);
+        let d = _mm256_set1_ps(b.d);
+        // SAFETY: `qs` holds 32 bytes; `out` holds 32 floats (asserted).
+        unsafe {
+            let p = out.as_mut_ptr();
+            for k in 0..4 {
+                let q = _mm_loadl_epi64(b.qs.as_ptr().add(8 * k) as *const __m128i);
+                let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+                _mm256_storeu_ps(p.add(8 * k), _mm256_mul_ps(f, d));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{HOST_ROWS, HostWeight};
+    use crate::gguf::{GgmlType, dequantize};
+    use crate::testing::lcg;
+
+    /// Random GGUF blocks of `kind` for [out, inn] weights, decoded by the GGUF reader:
+    /// what a converted model's safetensors hold.
+    fn gguf_weights(kind: GgmlType, out: usize, inn: usize, seed: u64) -> Vec<f32> {
+        let (bytes, scales) = match kind {
+            GgmlType::Q4_1 => (20, 2),
+            GgmlType::Q8_0 => (34, 1),
+            _ => unreachable!(),
+        };
+        let n = out * inn;
+        let noise = lcg(n / 32 * bytes, seed);
+        let mut raw = Vec::with_capacity(n / 32 * bytes);
+        for blk in noise.chunks(bytes) {
+            for s in 0..scales {
+                // d in (0, 0.01], m in [-0.02, 0.02]: f16, as GGUF stores them.
+                let v = if s == 0 {
+                    (blk[0] + 0.5) * 0.01
+                } else {
+                    blk[1] * 0.04
+                };
+                raw.extend(half::f16::from_f32(v).to_le_bytes());
+            }
+            let quants = &blk[scales..bytes - scales]; // 16 or 32 bytes
+            let start = raw.len();
+            raw.extend(quants.iter().map(|&u| ((u + 0.5) * 255.99) as u8));
+            if kind == GgmlType::Q4_1 {
+                raw[start] &= 0xf0; // a q = 0, at the block's minimum, as quantizers make
+            }
+        }
+        dequantize(kind, &raw, n)
+    }
+
+    fn bit_identical(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    #[test]
+    fn converted_q4_1_and_q8_0_weights_are_kept_as_blocks_with_identical_products() {
+        for (kind, bytes) in [(GgmlType::Q4_1, 0.75), (GgmlType::Q8_0, 1.125)] {
+            for &(out, inn) in &[(1, 32), (7, 64), (257, 576), (130, 1536)] {
+                let w = gguf_weights(kind, out, inn, (out + inn) as u64);
+                let blocks = HostWeight::compact(w.clone(), out, inn);
+                assert_eq!(blocks.bytes_per_weight(), bytes, "{kind:?} {out}x{inn}");
+                let plain = HostWeight::new(w, out, inn);
+                for m in 1..=HOST_ROWS {
+                    let x = lcg(m * inn, (m * 5 + inn) as u64);
+                    assert!(
+                        bit_identical(&blocks.matmul(&x, m), &plain.matmul(&x, m)),
+                        "{kind:?} {out}x{inn} m={m}: products differ from the f32 copy's"
+                    );
+                    assert_eq!(blocks.matmul_argmax(&x, m), plain.matmul_argmax(&x, m));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weights_that_are_not_exact_blocks_stay_f32() {
+        // Arbitrary f32 values; rows that are not whole blocks; one value off by one ulp in
+        // an otherwise exact matrix; a NaN.
+        let cases: Vec<(Vec<f32>, usize, usize)> = vec![
+            (lcg(4 * 64, 1), 4, 64),
+            (
+                gguf_weights(GgmlType::Q4_1, 3, 64, 2)[..3 * 48].to_vec(),
+                3,
+                48,
+            ),
+            (
+                {
+                    let mut w = gguf_weights(GgmlType::Q4_1, 5, 64, 3);
+                    w[77] = f32::from_bits(w[77].to_bits() + 1);
+                    w
+                },
+                5,
+                64,
+            ),
+            (
+                {
+                    let mut w = gguf_weights(GgmlType::Q8_0, 2, 32, 4);
+                    w[3] = f32::NAN;
+                    w
+                },
+                2,
+                32,
+            ),
+        ];
+        for (i, (w, out, inn)) in cases.into_iter().enumerate() {
+            let hw = HostWeight::compact(w, out, inn);
+            assert_eq!(hw.bytes_per_weight(), 4.0, "case {i}");
+        }
+    }
+
+    #[test]
+    fn block_decoding_matches_the_gguf_reader_bit_for_bit() {
+        // The vector decoders against the scalar formula, on the reader's own values.
+        for kind in [GgmlType::Q4_1, GgmlType::Q8_0] {
+            let w = gguf_weights(kind, 16, 128, 9);
+            let b = super::Blocks::encode(&w, 128).unwrap();
+            let mut row = vec![0.0; 128];
+            for o in 0..16 {
+                b.decode_row(o, 128, &mut row);
+                assert!(
+                    bit_identical(&row, &w[o * 128..(o + 1) * 128]),
+                    "{kind:?} row {o}"
+                );
+            }
+        }
+    }
+}
