@@ -102,14 +102,21 @@ impl HostWeight {
     /// types), f32 otherwise ([`blocks`]). Products are bit-identical to the f32 copy's.
     pub fn compact(w: Vec<f32>, out: usize, inn: usize) -> Self {
         assert_eq!(w.len(), out * inn, "host weight is not [{out}, {inn}]");
-        match blocks::Blocks::encode(&w, inn) {
+        let hw = match blocks::Blocks::encode(&w, inn) {
             Some(b) => Self {
                 w: Stored::Blocks(b),
                 out,
                 inn,
             },
             None => Self::new(w, out, inn),
-        }
+        };
+        tracing::debug!(
+            out,
+            inn,
+            bytes_per_weight = hw.bytes_per_weight(),
+            "host weight"
+        );
+        hw
     }
 
     /// Bytes the host copy reads per weight in a step: 4 (f32), 2 (f16), 0.75 or 1.125

@@ -169,7 +169,9 @@ impl Loader<'_> {
         let w = self
             .src
             .tensor(&format!("{prefix}.weight"), &[d_out, d_in])?;
-        let host = self.host.then(|| HostWeight::new(w.clone(), d_out, d_in));
+        let host = self
+            .host
+            .then(|| HostWeight::compact(w.clone(), d_out, d_in));
         let weight = self.from_vec(w, [d_out, d_in]);
         let bias = if bias {
             Some(Param::from_tensor(
@@ -190,7 +192,7 @@ impl Loader<'_> {
     /// orientation), and the host copy as stored.
     fn vocab_head(&self, w: Vec<f32>, d_in: usize, d_out: usize) -> (Linear, Option<HostWeight>) {
         let weight = self.from_vec(transpose(&w, d_out, d_in), [d_in, d_out]);
-        let host = self.host.then(|| HostWeight::new(w, d_out, d_in));
+        let host = self.host.then(|| HostWeight::compact(w, d_out, d_in));
         let linear = Linear {
             weight: Param::from_tensor(weight),
             bias: None,
