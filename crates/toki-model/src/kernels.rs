@@ -223,11 +223,20 @@ impl Stored {
         yt: &mut [f32],
     ) {
         match self {
-            Stored::F32(w) => rows_times_x(w, inn, rows, x, m, yt),
+            Stored::F32(w) => rows_times_x(w, inn, rows, x, m, yt, Source::Memory),
             Stored::F16(w) => half_kernel::rows_times_x(w, inn, rows, x, m, yt),
             Stored::Blocks(b) => b.rows_times_x(inn, rows, x, m, yt),
         }
     }
+}
+
+/// Where the f32 kernels' weights come from, which decides whether they prefetch them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Streamed from memory once per step: prefetched ahead.
+    Memory,
+    /// A scratch just written (in L1): a prefetch ahead would fetch unrelated lines.
+    Cache,
 }
 
 /// `yt[(o - rows.start) * m + i] = W[o] · x[i]` for o in `rows`, i < m.
@@ -238,19 +247,27 @@ fn rows_times_x(
     x: &[f32],
     m: usize,
     yt: &mut [f32],
+    source: Source,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    let pf = match source {
+        Source::Memory => avx2::PREFETCH,
+        Source::Cache => 0,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = source; // the portable code does not prefetch
     #[cfg(target_arch = "x86_64")]
     if m > 1 && has_avx512() {
         // SAFETY: the CPU supports AVX-512F/VL, AVX2 and FMA (checked just above); the
         // function reads and writes only through slices' pointers within their lengths.
-        unsafe { avx512::rows_times_x(w, inn, rows, x, m, yt) };
+        unsafe { avx512::rows_times_x(w, inn, rows, x, m, yt, pf) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above); the function reads
         // and writes only through bounds-checked slices' pointers within their lengths.
-        unsafe { avx2::rows_times_x(w, inn, rows, x, m, yt) };
+        unsafe { avx2::rows_times_x(w, inn, rows, x, m, yt, pf) };
         return;
     }
     portable_rows_times_x(w, inn, rows, x, m, yt);
@@ -351,7 +368,8 @@ mod avx2 {
     /// - groups of 2 or 3 rows: four weight rows times the group (8 or 12 accumulators);
     /// - groups of 4 rows: two weight rows times four, twice (8 accumulators each).
     ///
-    /// The first group prefetches the weights [`PREFETCH`] floats ahead. Without it the
+    /// The first group prefetches the weights `prefetch` floats ahead ([`PREFETCH`] for
+    /// weights streamed from memory, 0 for a scratch in L1). Without it the
     /// loads stall the arithmetic instead of overlapping it, and every extra row added its
     /// arithmetic to the memory time. Measured (`examples/kern.rs`, one model pass of
     /// projections + lm_head, median of 10 interleaved rounds, relative to 1 row):
@@ -368,13 +386,14 @@ mod avx2 {
         x: &[f32],
         m: usize,
         yt: &mut [f32],
+        prefetch: usize,
     ) {
         let xrow = |i: usize| &x[i * inn..(i + 1) * inn];
         // Groups of 4, with 5 left as 3 + 2 (no lone row).
         let group = |left: usize| if left == 5 { 3 } else { left.min(4) };
         super::walk_blocks(w, inn, rows, m, yt, 4, group, |wr, i, g, out| {
             // Later groups find the block's weights in L1.
-            let pf = if i == 0 { PREFETCH } else { 0 };
+            let pf = if i == 0 { prefetch } else { 0 };
             let mut put = |j: usize, s: &[f32]| out[j][..s.len()].copy_from_slice(s);
             match g {
                 1 => {

@@ -1,6 +1,6 @@
 //! The AVX-512 kernel for 2+ activation rows, chosen at run time by `kernels::rows_times_x`.
 
-use super::avx2::{PREFETCH, dot4x1, hsum, prefetch};
+use super::avx2::{dot4x1, hsum, prefetch};
 use std::arch::x86_64::*;
 
 /// `yt[(o - rows.start) * m + i] = W[o] · x[i]` for 2+ activation rows: each weight
@@ -26,6 +26,7 @@ pub(super) unsafe fn rows_times_x(
     x: &[f32],
     m: usize,
     yt: &mut [f32],
+    prefetch: usize,
 ) {
     let xrow = |i: usize| &x[i * inn..(i + 1) * inn];
     let wide = m.min(8) > 4;
@@ -39,7 +40,7 @@ pub(super) unsafe fn rows_times_x(
         step,
         |left| left.min(8),
         |wr, i, g, out| {
-            let pf = if i == 0 { PREFETCH } else { 0 };
+            let pf = if i == 0 { prefetch } else { 0 };
             macro_rules! run {
                 ($r:literal, $g:literal) => {{
                     let xr: [&[f32]; $g] = std::array::from_fn(|j| xrow(i + j));

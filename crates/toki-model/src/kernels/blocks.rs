@@ -65,14 +65,8 @@ impl Q4 {
         })
     }
 
-    /// The 32 values, as the GGUF decoder computes them.
+    /// The 32 values, as the GGUF decoder computes them (the portable path).
     fn decode(&self, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 is present (checked just above); `out` holds 32 values.
-            unsafe { x86::decode_q4(self, out) };
-            return;
-        }
         for (j, &b) in self.qs.iter().enumerate() {
             out[j] = self.d * (b & 0x0f) as f32 + self.m;
             out[j + 16] = self.d * (b >> 4) as f32 + self.m;
@@ -103,13 +97,8 @@ impl Q8 {
         })
     }
 
+    /// The 32 values (the portable path).
     fn decode(&self, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 is present (checked just above); `out` holds 32 values.
-            unsafe { x86::decode_q8(self, out) };
-            return;
-        }
         for (o, &q) in out.iter_mut().zip(&self.qs) {
             *o = self.d * q as f32;
         }
@@ -151,13 +140,19 @@ impl Blocks {
     fn decode_row(&self, o: usize, inn: usize, out: &mut [f32]) {
         let per_row = inn / 32;
         let range = o * per_row..(o + 1) * per_row;
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present (checked just above); `out` holds the row's values.
+            match self {
+                Self::Q4(b) => unsafe { x86::decode_q4(&b[range], out) },
+                Self::Q8(b) => unsafe { x86::decode_q8(&b[range], out) },
+            }
+            return;
+        }
+        let chunks = out.chunks_exact_mut(32);
         match self {
-            Self::Q4(b) => {
-                (b[range].iter().zip(out.chunks_exact_mut(32))).for_each(|(b, o)| b.decode(o))
-            }
-            Self::Q8(b) => {
-                (b[range].iter().zip(out.chunks_exact_mut(32))).for_each(|(b, o)| b.decode(o))
-            }
+            Self::Q4(b) => b[range].iter().zip(chunks).for_each(|(b, o)| b.decode(o)),
+            Self::Q8(b) => b[range].iter().zip(chunks).for_each(|(b, o)| b.decode(o)),
         }
     }
 
@@ -186,6 +181,7 @@ impl Blocks {
                 x,
                 m,
                 &mut yt[base..base + n * m],
+                super::Source::Cache,
             );
             o += n;
         }
@@ -200,41 +196,48 @@ mod x86 {
     /// Eight bytes (the low 8 of `b`) as f32, times `d`, plus `m` (two roundings, as the
     /// scalar code), stored at `out`.
     #[target_feature(enable = "avx2")]
+    #[inline]
     unsafe fn eight_u8(b: __m128i, d: __m256, m: __m256, out: *mut f32) {
         let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
         // SAFETY: the caller passes room for eight floats.
         unsafe { _mm256_storeu_ps(out, _mm256_add_ps(_mm256_mul_ps(f, d), m)) };
     }
 
+    /// Blocks `b` into `out` (32 values each).
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn decode_q4(b: &Q4, out: &mut [f32]) {
-        assert!(out.len() >= 32);
-        let (d, m) = (_mm256_set1_ps(b.d), _mm256_set1_ps(b.m));
-        // SAFETY: `qs` holds 16 bytes; `out` holds 32 floats (asserted).
-        unsafe {
-            let qs = _mm_loadu_si128(b.qs.as_ptr() as *const __m128i);
-            let mask = _mm_set1_epi8(0x0f);
-            let lo = _mm_and_si128(qs, mask);
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), mask);
-            let p = out.as_mut_ptr();
-            eight_u8(lo, d, m, p);
-            eight_u8(_mm_srli_si128::<8>(lo), d, m, p.add(8));
-            eight_u8(hi, d, m, p.add(16));
-            eight_u8(_mm_srli_si128::<8>(hi), d, m, p.add(24));
+    pub(super) unsafe fn decode_q4(b: &[Q4], out: &mut [f32]) {
+        assert!(out.len() >= 32 * b.len());
+        let mask = _mm_set1_epi8(0x0f);
+        for (blk, o) in b.iter().zip(out.chunks_exact_mut(32)) {
+            let (d, m) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.m));
+            // SAFETY: `qs` holds 16 bytes; `o` holds 32 floats.
+            unsafe {
+                let qs = _mm_loadu_si128(blk.qs.as_ptr() as *const __m128i);
+                let lo = _mm_and_si128(qs, mask);
+                let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), mask);
+                let p = o.as_mut_ptr();
+                eight_u8(lo, d, m, p);
+                eight_u8(_mm_srli_si128::<8>(lo), d, m, p.add(8));
+                eight_u8(hi, d, m, p.add(16));
+                eight_u8(_mm_srli_si128::<8>(hi), d, m, p.add(24));
+            }
         }
     }
 
+    /// Blocks `b` into `out` (32 values each).
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn decode_q8(b: &Q8, out: &mut [f32]) {
-        assert!(out.len() >= 32);
-        let d = _mm256_set1_ps(b.d);
-        // SAFETY: `qs` holds 32 bytes; `out` holds 32 floats (asserted).
-        unsafe {
-            let p = out.as_mut_ptr();
-            for k in 0..4 {
-                let q = _mm_loadl_epi64(b.qs.as_ptr().add(8 * k) as *const __m128i);
-                let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-                _mm256_storeu_ps(p.add(8 * k), _mm256_mul_ps(f, d));
+    pub(super) unsafe fn decode_q8(b: &[Q8], out: &mut [f32]) {
+        assert!(out.len() >= 32 * b.len());
+        for (blk, o) in b.iter().zip(out.chunks_exact_mut(32)) {
+            let d = _mm256_set1_ps(blk.d);
+            // SAFETY: `qs` holds 32 bytes; `o` holds 32 floats.
+            unsafe {
+                let p = o.as_mut_ptr();
+                for k in 0..4 {
+                    let q = _mm_loadl_epi64(blk.qs.as_ptr().add(8 * k) as *const __m128i);
+                    let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+                    _mm256_storeu_ps(p.add(8 * k), _mm256_mul_ps(f, d));
+                }
             }
         }
     }

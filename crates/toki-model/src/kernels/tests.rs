@@ -49,13 +49,13 @@ fn avx2_and_avx512_kernels_match_reference() {
             if avx2 {
                 let mut yt = vec![0.0; out * m];
                 // SAFETY: AVX2 and FMA are present (checked just above).
-                unsafe { avx2::rows_times_x(&w, inn, 0..out, &x, m, &mut yt) };
+                unsafe { avx2::rows_times_x(&w, inn, 0..out, &x, m, &mut yt, avx2::PREFETCH) };
                 kernels.push(("avx2", yt));
             }
             if has_avx512() {
                 let mut yt = vec![0.0; out * m];
                 // SAFETY: AVX-512F/VL, AVX2 and FMA are present (has_avx512).
-                unsafe { avx512::rows_times_x(&w, inn, 0..out, &x, m, &mut yt) };
+                unsafe { avx512::rows_times_x(&w, inn, 0..out, &x, m, &mut yt, avx2::PREFETCH) };
                 kernels.push(("avx512", yt));
             }
             for (name, yt) in kernels {
