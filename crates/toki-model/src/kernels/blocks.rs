@@ -353,6 +353,7 @@ mod tests {
                 let want = &w[o * 128..(o + 1) * 128];
                 b.decode_row(o, 128, &mut row);
                 assert!(bit_identical(&row, want), "{kind:?} row {o}");
+                row.fill(f32::NAN);
                 let chunks = row.chunks_exact_mut(32);
                 match &b {
                     Blocks::Q4(q) => q[o * 4..][..4]
