@@ -13,6 +13,9 @@ use burn::tensor::Device;
 use toki_decode::{Engine, EngineOptions, Prompt, Request};
 use toki_model::AttnMask;
 
+mod common;
+use common::{count_from_env, load_engine, median, path_from_env};
+
 fn device() -> Device {
     match std::env::var("TOKI_BACKEND").as_deref() {
         #[cfg(feature = "wgpu")]
@@ -23,33 +26,12 @@ fn device() -> Device {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let dir = std::env::var("TOKI_MODEL").unwrap_or_else(|_| "models/smollm2-135m-instruct".into());
-    let dir = std::path::Path::new(&dir);
-    let dir = if dir.exists() {
-        dir.to_path_buf()
-    } else {
-        std::path::Path::new("..").join(dir)
-    };
-    let repeat: usize = std::env::var("TOKI_REPEAT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let dir = path_from_env("TOKI_MODEL", "models/smollm2-135m-instruct");
+    let repeat = count_from_env("TOKI_REPEAT", 5);
     let device = device();
-    let engine = match Engine::load(&dir, &device, &EngineOptions::default()) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!(
-                "cannot load {} ({e}); run scripts/demo.sh first or set TOKI_MODEL",
-                dir.display()
-            );
-            return;
-        }
+    let Some(engine) = load_engine(&device) else {
+        return;
     };
     let model = engine.model();
     let rope = toki_model::RopeTables::new(model.config(), 512, &device);

@@ -10,47 +10,24 @@
 //! run through the base once. Each round ranks every position's proposals with both
 //! copies, in turn, each ranking after an untimed base pass as in decoding.
 
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::tensor::Device;
 use toki_decode::proposer::StepInput;
-use toki_decode::{Engine, EngineOptions, HeadProposer, Prompt, Proposer, Request};
+use toki_decode::{HeadProposer, Prompt, Proposer, Request};
 use toki_model::HostPrecision;
 use toki_model::tokenizer::Message;
 use toki_model::{DraftVocab, MedusaHeads, RopeTables, TokenCounts};
 
-fn folder(var: &str, default: &str) -> PathBuf {
-    let dir = PathBuf::from(std::env::var(var).unwrap_or_else(|_| default.into()));
-    if dir.exists() {
-        dir
-    } else {
-        Path::new("..").join(dir)
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+mod common;
+use common::{count_from_env, load_engine, median, path_from_env};
 
 fn main() {
-    let model_dir = folder("TOKI_MODEL", "models/smollm2-135m-instruct");
-    let heads_dir = folder("TOKI_HEADS", "training/heads/smollm2-135m-instruct");
-    let repeat: usize = std::env::var("TOKI_REPEAT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let heads_dir = path_from_env("TOKI_HEADS", "training/heads/smollm2-135m-instruct");
+    let repeat = count_from_env("TOKI_REPEAT", 5);
     let device = Device::flex();
-    let engine = match Engine::load(&model_dir, &device, &EngineOptions::default()) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!(
-                "cannot load {} ({e}); run scripts/demo.sh first or set TOKI_MODEL",
-                model_dir.display()
-            );
-            return;
-        }
+    let Some(engine) = load_engine(&device) else {
+        return;
     };
     let base = engine.model();
     let proposer = |precision: HostPrecision| -> HeadProposer {

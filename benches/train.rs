@@ -13,39 +13,20 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use burn::tensor::Device;
-use toki_decode::{Engine, EngineOptions};
 use toki_train::{HiddenSet, TrainConfig, Trainer, load_documents, pack};
 
+mod common;
+use common::{count_from_env, load_engine, path_from_env};
+
 fn main() {
-    let root = |p: &str| {
-        let p = std::path::PathBuf::from(p);
-        if p.exists() {
-            p
-        } else {
-            std::path::Path::new("..").join(p)
-        }
-    };
-    let dir = root(
-        &std::env::var("TOKI_MODEL").unwrap_or_else(|_| "models/smollm2-135m-instruct".into()),
+    let data = path_from_env(
+        "TOKI_DATA",
+        "training/data/distilled-smollm2-135m-instruct.jsonl",
     );
-    let data = root(
-        &std::env::var("TOKI_DATA")
-            .unwrap_or_else(|_| "training/data/distilled-smollm2-135m-instruct.jsonl".into()),
-    );
-    let steps: usize = std::env::var("TOKI_STEPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
+    let steps = count_from_env("TOKI_STEPS", 20);
     let device = Device::flex();
-    let engine = match Engine::load(&dir, &device, &EngineOptions::default()) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!(
-                "cannot load {} ({e}); run scripts/fetch-demo.sh first or set TOKI_MODEL",
-                dir.display()
-            );
-            return;
-        }
+    let Some(engine) = load_engine(&device) else {
+        return;
     };
     let model = engine.model();
     let tok = engine.tokenizer().expect("the demo model has a tokenizer");

@@ -142,6 +142,7 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::reference;
     use super::super::{HostPrecision, HostWeight};
     use super::*;
     use crate::testing::lcg;
@@ -149,16 +150,6 @@ mod tests {
     /// `w` rounded to f16 and back: the values a half-precision copy computes with.
     fn rounded(w: &[f32]) -> Vec<f32> {
         w.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
-    }
-
-    fn reference(w: &[f32], out: usize, inn: usize, x: &[f32], m: usize) -> Vec<f32> {
-        let mut y = vec![0.0; m * out];
-        for i in 0..m {
-            for o in 0..out {
-                y[i * out + o] = (0..inn).map(|k| x[i * inn + k] * w[o * inn + k]).sum();
-            }
-        }
-        y
     }
 
     #[test]

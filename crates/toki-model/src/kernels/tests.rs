@@ -3,7 +3,8 @@
 use super::*;
 use crate::testing::lcg;
 
-fn reference(w: &[f32], out: usize, inn: usize, x: &[f32], m: usize) -> Vec<f32> {
+/// `x Wᵀ` [m, out] by the definition (also the reference of the other storages' tests).
+pub(super) fn reference(w: &[f32], out: usize, inn: usize, x: &[f32], m: usize) -> Vec<f32> {
     let mut y = vec![0.0; m * out];
     for i in 0..m {
         for o in 0..out {

@@ -1,0 +1,48 @@
+//! What the benchmarks share: paths and counts from the environment, the model, medians.
+// Each bench uses part of this module.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+use toki_decode::{Engine, EngineOptions};
+
+/// The path in env `var`, else `default`; relative paths are tried from here and then
+/// from the workspace root (`cargo bench` runs a bench in its package folder, benches/).
+pub fn path_from_env(var: &str, default: &str) -> PathBuf {
+    let p = PathBuf::from(std::env::var(var).unwrap_or_else(|_| default.into()));
+    if p.exists() {
+        p
+    } else {
+        Path::new("..").join(p)
+    }
+}
+
+/// The count in env `var`, else `default`.
+pub fn count_from_env(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The model in env `TOKI_MODEL` (default: the converted demo model) on `device`, or
+/// `None` after saying why it did not load.
+pub fn load_engine(device: &Device) -> Option<Engine> {
+    let dir = path_from_env("TOKI_MODEL", "models/smollm2-135m-instruct");
+    match Engine::load(&dir, device, &EngineOptions::default()) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            eprintln!(
+                "cannot load {} ({e}); run scripts/fetch-demo.sh first or set TOKI_MODEL",
+                dir.display()
+            );
+            None
+        }
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
