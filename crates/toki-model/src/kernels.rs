@@ -68,10 +68,16 @@ impl HostWeight {
     /// `w` ([out, in] row-major) kept in `precision`. Half precision halves the memory
     /// traffic of a step; it is for weights whose products only propose tokens (the
     /// heads), never for what the base verifies. Where a value does not fit f16's range
-    /// the weight stays f32.
+    /// the weight stays f32; where the weights are exact blocks ([`HostWeight::compact`])
+    /// they are kept so, smaller than f16 and exact.
     pub fn with_precision(w: Vec<f32>, out: usize, inn: usize, precision: HostPrecision) -> Self {
         let half = match precision {
             HostPrecision::F32 => None,
+            // Exact blocks are smaller than f16 and lose nothing (the draft vocabulary's
+            // rows of a converted model's lm_head).
+            HostPrecision::F16 if blocks::Blocks::encode(&w, inn).is_some() => {
+                return Self::compact(w, out, inn);
+            }
             HostPrecision::F16 => half_kernel::to_f16(&w),
         };
         match half {
