@@ -1,7 +1,8 @@
 //! The CPU fast path for the few rows of a decoding or verification step.
 //!
-//! A step of 1-16 tokens is bound by reading the weights from memory, not by arithmetic:
-//! the ideal is to stream every weight matrix once per step whatever the number of rows.
+//! A step of 1-16 tokens over f32 weights is bound by reading them from memory, not by
+//! arithmetic: the ideal is to stream every weight matrix once per step whatever the number
+//! of rows.
 //! The flex backend's matrix-matrix path does not do that at these shapes: verifying 2-8
 //! tree nodes cost 1.5-1.7x one token (README, verification cost curve). [`HostWeight`]
 //! keeps a host copy of a projection's `[out, in]` weight and computes `x Wᵀ` reading each
@@ -11,8 +12,14 @@
 //! (each weight row streamed once under up to eight activation rows), AVX2+FMA, portable
 //! code otherwise. `TOKI_NO_AVX512=1` turns the first off (for A/B runs).
 //!
-//! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul. The heads
-//! keep their host copies in half precision ([`half_kernel`]).
+//! How a copy keeps its values ([`HostWeight::compact`], [`HostWeight::with_precision`]):
+//! f32; the exact Q4_1 / Q8_0 blocks a converted model's weights are made of ([`blocks`]:
+//! decoded four rows at a time into an L1 scratch for the same f32 kernels, so the
+//! products are bit-identical; one row then costs its decoding more than its memory, and
+//! every extra row its multiply-adds); or, for the heads, which only propose, f16
+//! ([`half_kernel`]).
+//!
+//! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul.
 
 use rayon::prelude::*;
 use std::sync::Arc;
