@@ -78,24 +78,17 @@ impl HostWeight {
     /// the weight stays f32; where the weights are exact blocks ([`HostWeight::compact`])
     /// they are kept so, smaller than f16 and exact.
     pub fn with_precision(w: Vec<f32>, out: usize, inn: usize, precision: HostPrecision) -> Self {
-        let half = match precision {
+        assert_eq!(w.len(), out * inn, "host weight is not [{out}, {inn}]");
+        let stored = match precision {
             HostPrecision::F32 => None,
             // Exact blocks are smaller than f16 and lose nothing (the draft vocabulary's
             // rows of a converted model's lm_head).
-            HostPrecision::F16 if blocks::Blocks::encode(&w, inn).is_some() => {
-                return Self::compact(w, out, inn);
-            }
-            HostPrecision::F16 => half_kernel::to_f16(&w),
+            HostPrecision::F16 => blocks::Blocks::encode(&w, inn)
+                .map(Stored::Blocks)
+                .or_else(|| half_kernel::to_f16(&w).map(|h| Stored::F16(h.into()))),
         };
-        match half {
-            Some(h) => {
-                assert_eq!(h.len(), out * inn, "host weight is not [{out}, {inn}]");
-                Self {
-                    w: Stored::F16(h.into()),
-                    out,
-                    inn,
-                }
-            }
+        match stored {
+            Some(w) => Self { w, out, inn },
             None => Self::new(w, out, inn),
         }
     }
