@@ -166,7 +166,26 @@ impl Blocks {
         m: usize,
         yt: &mut [f32],
     ) {
-        let mut scratch = vec![0.0f32; 4 * inn]; // [4, inn]
+        thread_local! {
+            /// Each thread's scratch, kept between calls (a step makes hundreds of them).
+            static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        SCRATCH.with_borrow_mut(|scratch| {
+            scratch.resize(4 * inn, 0.0); // [4, inn]
+            self.rows_times_x_in(scratch, inn, rows, x, m, yt);
+        });
+    }
+
+    /// [`Blocks::rows_times_x`] with `scratch` [4, inn].
+    fn rows_times_x_in(
+        &self,
+        scratch: &mut [f32],
+        inn: usize,
+        rows: std::ops::Range<usize>,
+        x: &[f32],
+        m: usize,
+        yt: &mut [f32],
+    ) {
         let mut o = rows.start;
         while o < rows.end {
             let n = (rows.end - o).min(4);
