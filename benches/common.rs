@@ -26,6 +26,14 @@ pub fn count_from_env(var: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Makes this thread one of rayon's global pool, as the `toki` binary does, so that a
+/// bench times a step as decoding runs it ([`toki_model::kernels::join_rayon_pool`]).
+pub fn join_rayon_pool() {
+    if let Err(e) = toki_model::kernels::join_rayon_pool() {
+        eprintln!("rayon's global pool: {e}");
+    }
+}
+
 /// The model in env `TOKI_MODEL` (default: the converted demo model) on `device`, or
 /// `None` after saying why it did not load.
 pub fn load_engine(device: &Device) -> Option<Engine> {

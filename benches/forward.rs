@@ -14,7 +14,7 @@ use toki_decode::{Engine, EngineOptions, Prompt, Request};
 use toki_model::AttnMask;
 
 mod common;
-use common::{count_from_env, load_engine, median, path_from_env};
+use common::{count_from_env, join_rayon_pool, load_engine, median, path_from_env};
 
 fn device() -> Device {
     match std::env::var("TOKI_BACKEND").as_deref() {
@@ -27,6 +27,7 @@ fn device() -> Device {
 }
 
 fn main() {
+    join_rayon_pool();
     let dir = path_from_env("TOKI_MODEL", "models/smollm2-135m-instruct");
     let repeat = count_from_env("TOKI_REPEAT", 5);
     let device = device();

@@ -20,9 +20,10 @@ use toki_model::tokenizer::Message;
 use toki_model::{DraftVocab, MedusaHeads, RopeTables, TokenCounts};
 
 mod common;
-use common::{count_from_env, load_engine, median, path_from_env};
+use common::{count_from_env, join_rayon_pool, load_engine, median, path_from_env};
 
 fn main() {
+    join_rayon_pool();
     let heads_dir = path_from_env("TOKI_HEADS", "training/heads/smollm2-135m-instruct");
     let repeat = count_from_env("TOKI_REPEAT", 5);
     let device = Device::flex();

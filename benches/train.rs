@@ -16,9 +16,10 @@ use burn::tensor::Device;
 use toki_train::{HiddenSet, TrainConfig, Trainer, load_documents, pack};
 
 mod common;
-use common::{count_from_env, load_engine, path_from_env};
+use common::{count_from_env, join_rayon_pool, load_engine, path_from_env};
 
 fn main() {
+    join_rayon_pool();
     let data = path_from_env(
         "TOKI_DATA",
         "training/data/distilled-smollm2-135m-instruct.jsonl",

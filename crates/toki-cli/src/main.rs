@@ -36,27 +36,6 @@ enum Command {
     DraftVocab(cmd::draft_vocab::Args),
 }
 
-/// Makes this thread one of rayon's global pool (the CPU kernels' parallel loops run on
-/// it), so that a loop started here runs its share here: otherwise each of a step's ~200
-/// loops hands its work to the pool's threads and sleeps until they are done (README,
-/// "The main thread in the pool"). The pool keeps at least one thread of its own for
-/// work started on other threads (`RAYON_NUM_THREADS`, else one per CPU, at least 2).
-fn join_rayon_pool() {
-    let threads = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-        .unwrap_or(2);
-    if let Err(e) = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(2))
-        .use_current_thread()
-        .build_global()
-    {
-        tracing::warn!("rayon's global pool: {e}");
-    }
-}
-
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -65,7 +44,11 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    join_rayon_pool();
+    // The main thread joins the pool the kernels run on (each of a step's ~200 parallel
+    // loops then runs its share here instead of waking the pool and sleeping).
+    if let Err(e) = toki_model::kernels::join_rayon_pool() {
+        tracing::warn!("rayon's global pool: {e}");
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::ConvertGguf(a) => cmd::convert_gguf::run(a),

@@ -33,11 +33,7 @@ fn median(v: &[f64]) -> f64 {
 fn main() {
     // As the `toki` binary does: this thread is one of the pool's, so each product's
     // parallel loop does not wait on the pool's own threads.
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(std::thread::available_parallelism().map_or(2, |n| n.get().max(2)))
-        .use_current_thread()
-        .build_global()
-        .expect("rayon's global pool");
+    toki_model::kernels::join_rayon_pool().expect("rayon's global pool");
     let mut shapes = vec![];
     for _ in 0..30 {
         shapes.extend([

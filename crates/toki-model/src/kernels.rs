@@ -27,6 +27,26 @@ use std::sync::Arc;
 /// Up to this many rows take the host path; more rows (prefill) use Burn's matmul.
 pub const HOST_ROWS: usize = 16;
 
+/// Makes the calling thread one of rayon's global pool, which the kernels' parallel loops
+/// run on: a loop started on it then runs its share there, instead of handing the loop to
+/// the pool and sleeping until it is done (README, "The main thread in the pool"). Call it
+/// once, on the thread that will decode, before anything uses the pool (the `toki` binary
+/// and the benches do, first thing). The pool gets `RAYON_NUM_THREADS` threads, else one
+/// per CPU, and at least 2, so that loops started on other threads still run. Fails when
+/// the global pool exists already.
+pub fn join_rayon_pool() -> Result<(), rayon::ThreadPoolBuildError> {
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(2);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(2))
+        .use_current_thread()
+        .build_global()
+}
+
 /// A projection weight `[out, in]` (row-major, as HF stores it) on the host.
 #[derive(Clone)]
 pub struct HostWeight {
