@@ -417,3 +417,55 @@ fn batched_greedy_equals_one_prompt_at_a_time() {
         }
     }
 }
+
+#[test]
+fn heads_stop_where_the_step_has_enough() {
+    // `rank_until` ranks head by head and runs no head past the one that is enough; what
+    // it ranks is what `rank` ranks (path heads, whole vocabulary and a draft one).
+    use toki_decode::{Proposer, proposer::StepInput};
+    let engine = tiny_engine(11, 2, true);
+    let model = engine.model();
+    let cfg = HeadsConfig {
+        input: HeadInput::HiddenAndPath,
+        ..heads_config(3, HeadKind::Shared)
+    };
+    let heads = MedusaHeads::random(cfg, 12, 0.3, &model.device()).unwrap();
+    let draft = DraftVocab::new((0..40).collect(), &heads, model).unwrap();
+    let history = prompt(11, 9, 64);
+    let rope = toki_model::RopeTables::new(model.config(), history.len(), &model.device());
+    let hidden = model.sequence_hidden(&history, &rope).slice([8..9]); // [1, D]
+    let input = || StepInput {
+        base: model,
+        hidden: hidden.clone(),
+        history: &history,
+    };
+    for p in [
+        HeadProposer::new(heads.clone()),
+        HeadProposer::with_draft(heads, draft),
+    ] {
+        let k = [4, 3, 2];
+        let all = p.rank(input(), &k).unwrap();
+        assert_eq!(all.len(), 3);
+        let mut told = vec![];
+        let first = p
+            .rank_until(input(), &k, &mut |r| {
+                told.push(r.len());
+                r.len() == 1
+            })
+            .unwrap();
+        assert_eq!((first, told), (all[..1].to_vec(), vec![1]));
+        let mut told = vec![];
+        let every = p
+            .rank_until(input(), &k, &mut |r| {
+                told.push(r.len());
+                false
+            })
+            .unwrap();
+        // The last head needs no verdict: nothing comes after it.
+        assert_eq!((every, told), (all.clone(), vec![1, 2]));
+        assert_eq!(
+            p.rank_until(input(), &k[..2], &mut |_| false).unwrap(),
+            all[..2].to_vec()
+        );
+    }
+}

@@ -214,7 +214,11 @@ fn draft<'e>(
     // Every node attends to the whole cache: prompt and tokens so far.
     let costs = d.costs_at(input.history.len());
     let found = s.lookup.and_then(|l| l.find(input.history));
-    let mut ranked = heads.rank(input, &vec![d.max_rank; heads.num_heads()])?;
+    // When head 0's proposals already make the root alone the best tree, the deeper
+    // heads are not run (their nodes could not pay: `DynamicTree::root_alone`).
+    let mut ranked = heads.rank_until(input, &vec![d.max_rank; heads.num_heads()], &mut |r| {
+        r.len() == 1 && d.root_alone(&r[0], feedback, &costs)
+    })?;
     let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
     let mut paths = choice.paths.clone();
     let lookup = found.map(|c| {
@@ -429,8 +433,10 @@ pub(crate) fn run(
             }
             None => (vec![root], Cow::Borrowed(&engine.root_buffers), None),
         };
+        let drafted = step_start.elapsed();
         // 2. Verify every node in one base pass; keep the accepted path's cache rows.
         let hidden = forward_nodes(engine, &tokens, &buffers, &mut cache); // [N, D]
+        let forwarded = step_start.elapsed();
         let verdict = verify(
             model,
             hidden.clone(),
@@ -472,6 +478,8 @@ pub(crate) fn run(
             lookup = ?choice.as_ref().and_then(|c| c.lookup.as_ref()).map(|(c, held)| (c.matched, *held)),
             emitted = emitted.len(),
             ms = seconds * 1e3,
+            draft_ms = drafted.as_secs_f64() * 1e3,
+            forward_ms = (forwarded - drafted).as_secs_f64() * 1e3,
             "decode step"
         );
         learnt.policy.observe(kind, seconds, emitted.len());

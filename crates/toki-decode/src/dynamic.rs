@@ -226,6 +226,22 @@ impl DynamicTree {
         }
         Choice { paths, reach }
     }
+
+    /// Whether head 0's proposals `first` already decide this step's tree as the root
+    /// alone, whatever the deeper heads would say (which then need not run). Every node's
+    /// estimate is a product of estimates in [0, 1] along its path, so at most u, the best
+    /// of head 0's; a tree of n nodes expects at most 1 + (n − 1)·u tokens. When
+    /// (n − 1)·u ≤ λ·(c(n) − c(1)) for every n, no tree gains more than the root alone
+    /// ([`DynamicTree::choose_for`] breaks ties towards the smaller tree).
+    pub fn root_alone(&self, first: &Ranked, fb: &Feedback, costs: &Costs) -> bool {
+        let f = fb.factor(0);
+        let u = first
+            .iter()
+            .map(|&(_, p)| (f * self.estimate(0, p)).min(1.0))
+            .fold(0.0, f64::max);
+        let n = self.max_nodes().min(costs.cost.len());
+        (1..n).all(|i| i as f64 * u <= fb.lambda * (costs.cost[i] - costs.cost[0]))
+    }
 }
 
 /// A step's tree.
@@ -431,6 +447,59 @@ mod tests {
                 .paths
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn root_alone_after_head_0_means_the_whole_choice_is_the_root_alone() {
+        // Random heads, costs (not always convex, not always rising), λ and feedback: when
+        // head 0 alone says "root alone", the choice over every head agrees; and the rule
+        // does fire, on guessing heads, and not on sure ones.
+        let mut seed = 7u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut fired, mut trials) = (0, 0);
+        for _ in 0..2000 {
+            let mut cost = vec![1.0];
+            for _ in 0..7 {
+                let last = *cost.last().unwrap();
+                cost.push(last + rnd() * 0.4 - 0.05);
+            }
+            let t = tree(&cost);
+            let scale = rnd().powi(3);
+            let heads: Vec<Vec<f32>> = (0..3)
+                .map(|_| (0..3).map(|_| (rnd() * scale) as f32).collect())
+                .collect();
+            let probs: Vec<&[f32]> = heads.iter().map(|h| &h[..]).collect();
+            let r = ranked(&probs);
+            let mut fb = at(1.0 + rnd());
+            let reach: Vec<f64> = (0..3).map(|_| rnd()).collect();
+            let choice = Choice {
+                paths: vec![vec![0]],
+                reach,
+            };
+            fb.observe(&t.costs_at(128), 2, &choice, 1 + (rnd() * 3.0) as usize, 1);
+            let costs = t.costs_at(128);
+            for conditioning in [Conditioning::Independent, Conditioning::Chain] {
+                trials += 1;
+                if t.root_alone(&r[0], &fb, &costs) {
+                    fired += 1;
+                    let c = t.choose_for(&r, &fb, &costs, conditioning);
+                    assert!(c.paths.is_empty(), "{cost:?} {heads:?} {fb:?}: {c:?}");
+                }
+            }
+        }
+        assert!(
+            fired > trials / 10 && fired < trials * 9 / 10,
+            "{fired} of {trials}"
+        );
+        let t = tree(&[1.0, 1.2, 1.3, 1.7]);
+        let costs = t.costs_at(128);
+        assert!(t.root_alone(&ranked(&[&[0.05, 0.04]])[0], &at(1.0), &costs));
+        assert!(!t.root_alone(&ranked(&[&[0.6, 0.1]])[0], &at(1.0), &costs));
     }
 
     #[test]

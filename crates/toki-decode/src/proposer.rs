@@ -1,7 +1,7 @@
 //! The proposer: Medusa heads read the last accepted hidden state and fill the tree.
 
 use burn::tensor::{Int, Tensor, TensorData};
-use toki_model::{DraftVocab, HeadInput, LlamaModel, MedusaHeads};
+use toki_model::{DraftVocab, HeadInput, HeadPath, LlamaModel, MedusaHeads};
 
 use crate::error::{DecodeError, Result};
 use crate::tree::Tree;
@@ -57,6 +57,19 @@ pub trait Proposer: Send + Sync {
     /// with their probabilities (a static tree ignores them; a dynamic one sizes itself
     /// from them, [`crate::dynamic`]).
     fn rank(&self, input: StepInput<'_>, top_k: &[usize]) -> Result<Vec<Ranked>>;
+    /// [`Proposer::rank`] that may stop early: after each head's proposals are ranked,
+    /// `enough(ranked so far)` true ends it, and the deeper heads are not run (a step that
+    /// cannot use them saves their cost). Returns at least one head's proposals. The
+    /// default ranks every head.
+    fn rank_until(
+        &self,
+        input: StepInput<'_>,
+        top_k: &[usize],
+        enough: &mut dyn FnMut(&[Ranked]) -> bool,
+    ) -> Result<Vec<Ranked>> {
+        let _ = enough;
+        self.rank(input, top_k)
+    }
     /// Which parents its proposals are meant for (a dynamic tree only extends those).
     fn conditioning(&self) -> Conditioning {
         Conditioning::Independent
@@ -146,16 +159,69 @@ impl Proposer for HeadProposer {
             .ok_or_else(|| DecodeError::Request("empty history".into()))?;
         let (flat, cols) = self.logits(input.hidden, &[root], input.base, depth)?; // [depth, C]
         Ok((0..depth)
-            .map(|h| {
-                let row = &flat[h * cols..(h + 1) * cols];
-                let best = top_k(row, k[h]);
-                let probs = softmax_at(row, &best);
-                best.into_iter()
-                    .zip(probs)
-                    .map(|(c, p)| (self.token(c), p))
-                    .collect()
-            })
+            .map(|h| self.ranked(&flat[h * cols..(h + 1) * cols], k[h]))
             .collect())
+    }
+
+    /// On the host kernels, head by head: each head's logits are read back and ranked as
+    /// they come, and the heads after the one that is `enough` are not run. Elsewhere (a
+    /// GPU, where every read-back waits for the device) all heads in one read-back, as
+    /// [`Proposer::rank`].
+    fn rank_until(
+        &self,
+        input: StepInput<'_>,
+        k: &[usize],
+        enough: &mut dyn FnMut(&[Ranked]) -> bool,
+    ) -> Result<Vec<Ranked>> {
+        if k.is_empty() || !input.base.uses_host_kernels() {
+            return self.rank(input, k);
+        }
+        let root = *input
+            .history
+            .last()
+            .ok_or_else(|| DecodeError::Request("empty history".into()))?;
+        let next = Tensor::<1, Int>::from_data(
+            TensorData::new(vec![root as i64], [1]),
+            &input.base.device(),
+        );
+        let path = HeadPath::Root(next);
+        let (mut ranked, mut failed) = (Vec::<Ranked>::new(), None);
+        let mut stop = |h: usize, logits: &Tensor<2>| -> bool {
+            match logits.clone().try_into_vec_as::<f32>() {
+                Ok(row) => {
+                    // [1, C]
+                    ranked.push(self.ranked(&row, k[h]));
+                    h + 1 >= k.len() || enough(&ranked)
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    true
+                }
+            }
+        };
+        let _ = match &self.draft {
+            Some(d) => d.logits_until(&self.heads, input.hidden, path, input.base, &mut stop),
+            None => self
+                .heads
+                .forward_until(input.hidden, path, input.base, &mut stop),
+        };
+        match failed {
+            Some(e) => Err(DecodeError::device(e)),
+            None => Ok(ranked),
+        }
+    }
+}
+
+impl HeadProposer {
+    /// One head's `k` best proposals from its logits row (columns of the draft vocabulary
+    /// or the vocabulary), best first, with their probabilities.
+    fn ranked(&self, row: &[f32], k: usize) -> Ranked {
+        let best = top_k(row, k);
+        let probs = softmax_at(row, &best);
+        best.into_iter()
+            .zip(probs)
+            .map(|(c, p)| (self.token(c), p))
+            .collect()
     }
 }
 

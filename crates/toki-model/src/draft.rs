@@ -243,10 +243,23 @@ impl DraftVocab {
         path: HeadPath,
         base: &LlamaModel,
     ) -> Vec<Tensor<2>> {
+        self.logits_until(heads, hidden, path, base, &mut |_, _| false)
+    }
+
+    /// [`DraftVocab::logits_on`] that stops after the first head h whose draft logits [R,
+    /// N] make `enough(h, ..)` true (see [`MedusaHeads::forward_until`]).
+    pub fn logits_until(
+        &self,
+        heads: &MedusaHeads,
+        hidden: Tensor<2>,
+        path: HeadPath,
+        base: &LlamaModel,
+        enough: &mut dyn FnMut(usize, &Tensor<2>) -> bool,
+    ) -> Vec<Tensor<2>> {
         // One projection for the shared kind (all heads' rows in one product where the heads
         // read no proposals: the matrix is read once), one per head for the own kind.
         let last = self.projections.len() - 1;
         let score = |h: usize, x: Tensor<2>| self.projections[h.min(last)].forward(x);
-        heads.run(hidden, path, base, &score, Some(&self.id_tensor))
+        heads.run(hidden, path, base, &score, Some(&self.id_tensor), enough)
     }
 }

@@ -246,7 +246,9 @@ impl MedusaHeads {
     /// Every head's logits for hidden states [R, D]: `score(h, features)` maps head h's
     /// features [R, D] to logits [R, C]; column c is token `ids[c]` (the vocabulary itself
     /// without `ids`). Shared heads that read no proposals are scored in one `score(0, ..)`
-    /// of all K heads' features ([K*R, D]: the matrix is read once).
+    /// of all K heads' features ([K*R, D]: the matrix is read once). `enough(h, logits)` is
+    /// told each head's logits [R, C] in order, as they come, and may end the run there
+    /// (`true`): the heads after h are not computed, and only h + 1 come back.
     pub(crate) fn run(
         &self,
         hidden: Tensor<2>,
@@ -254,6 +256,7 @@ impl MedusaHeads {
         base: &LlamaModel,
         score: &dyn Fn(usize, Tensor<2>) -> Tensor<2>,
         ids: Option<&Tensor<1, Int>>,
+        enough: &mut dyn FnMut(usize, &Tensor<2>) -> bool,
     ) -> Vec<Tensor<2>> {
         let [r, _] = hidden.dims();
         let k = self.heads.len();
@@ -272,13 +275,24 @@ impl MedusaHeads {
                 .collect();
             let logits = score(0, Tensor::cat(xs, 0)); // [K*R, C]
             let [_, c] = logits.dims();
-            return (0..k)
-                .map(|h| logits.clone().slice([h * r..(h + 1) * r, 0..c]))
-                .collect();
+            let mut out = Vec::with_capacity(k);
+            for h in 0..k {
+                let head = logits.clone().slice([h * r..(h + 1) * r, 0..c]); // [R, C]
+                let stop = enough(h, &head);
+                out.push(head);
+                if stop {
+                    break;
+                }
+            }
+            return out;
         }
         let mut out = Vec::with_capacity(k);
         for h in 0..k {
             let logits = score(h, self.head_features(h, hidden.clone(), &path)); // [R, C]
+            if enough(h, &logits) {
+                out.push(logits);
+                break;
+            }
             if chained && h + 1 < k {
                 // The next head reads this one's top-1 proposal, chosen on the device.
                 let col = logits.clone().argmax(1).reshape([r]); // [R]
@@ -364,10 +378,23 @@ impl MedusaHeads {
         path: HeadPath,
         base: &LlamaModel,
     ) -> Vec<Tensor<2>> {
+        self.forward_until(hidden, path, base, &mut |_, _| false)
+    }
+
+    /// [`MedusaHeads::forward_on`] that stops after the first head h whose logits [R,
+    /// vocab] make `enough(h, ..)` true: a decoding step that will not use the deeper
+    /// heads' proposals skips computing them (at least one head, at most K, come back).
+    pub fn forward_until(
+        &self,
+        hidden: Tensor<2>,
+        path: HeadPath,
+        base: &LlamaModel,
+        enough: &mut dyn FnMut(usize, &Tensor<2>) -> bool,
+    ) -> Vec<Tensor<2>> {
         let score = |h: usize, x: Tensor<2>| match self.own_lm_head(h) {
             Some(lm) => lm.forward(x).cast(DType::F32),
             None => base.logits(x),
         };
-        self.run(hidden, path, base, &score, None)
+        self.run(hidden, path, base, &score, None, enough)
     }
 }
