@@ -1,6 +1,7 @@
 //! The heads' proposal step with trained heads on a real model: the host copies of the
 //! heads and their draft vocabulary kept in f32 or in f16 (`HostPrecision`), timed side
-//! by side, and how often the two rank the same proposals.
+//! by side, how often the two rank the same proposals, and what a step that stops after
+//! head 1 costs (`Proposer::rank_until`).
 //!
 //! `cargo bench -p toki-benches --bench heads` (env `TOKI_MODEL` = model folder,
 //! `TOKI_HEADS` = heads folder, `TOKI_REPEAT` = timed rounds). The cpu backend only: the
@@ -68,6 +69,7 @@ fn main() {
 
     let mut times = vec![vec![]; variants.len()];
     let mut ranked = vec![vec![]; variants.len()];
+    let mut head1_alone = vec![];
     // As in decoding, the base's pass before each step has streamed its ~540 MB of weights
     // through the caches: one untimed base pass of one token precedes every timed ranking.
     let base_pass = |token: u32| {
@@ -97,6 +99,27 @@ fn main() {
             }
             ranked[v] = r;
         }
+        // The f16 copies stopped after head 1, as a dynamic tree's step does when head 1
+        // already makes the root alone the best tree (`DynamicTree::root_alone`).
+        let mut ms = 0.0;
+        for pos in start..ids.len() {
+            base_pass(ids[pos]);
+            let input = StepInput {
+                base,
+                hidden: hidden.clone().slice([pos - 1..pos]),
+                history: &ids[..pos],
+            };
+            let t = Instant::now();
+            let r = variants[1]
+                .1
+                .rank_until(input, &k, &mut |r| r.len() == 1)
+                .expect("ranking");
+            ms += t.elapsed().as_secs_f64() * 1e3;
+            assert_eq!(r.len(), 1, "stopped after head 1");
+        }
+        if round > 0 {
+            head1_alone.push(ms / (ids.len() - start) as f64);
+        }
     }
     let f32_ms = median(times[0].clone());
     println!(
@@ -111,6 +134,11 @@ fn main() {
             ms / f32_ms
         );
     }
+    let ms = median(head1_alone);
+    println!(
+        "  host copies in f16, head 1 alone: {ms:.3} ms per step, {:.2}x f32",
+        ms / f32_ms
+    );
     // How often f16 copies propose what f32 copies do: the same top-1, the same top-k set.
     let (a, b) = (&ranked[0], &ranked[1]);
     for h in 0..depth {
