@@ -112,6 +112,17 @@ impl HeadProposer {
         }
     }
 
+    /// One head's `k` best proposals from its logits row (columns of the draft vocabulary
+    /// or the vocabulary), best first, with their probabilities.
+    fn ranked(&self, row: &[f32], k: usize) -> Ranked {
+        let best = top_k(row, k);
+        let probs = softmax_at(row, &best);
+        best.into_iter()
+            .zip(probs)
+            .map(|(c, p)| (self.token(c), p))
+            .collect()
+    }
+
     /// Logits of the first `depth` heads for hidden states [R, D] whose base next tokens
     /// are `next` (R of them): [depth, R, C] flattened (C columns: the vocabulary or the
     /// draft vocabulary), read back in one transfer.
@@ -209,19 +220,6 @@ impl Proposer for HeadProposer {
             Some(e) => Err(DecodeError::device(e)),
             None => Ok(ranked),
         }
-    }
-}
-
-impl HeadProposer {
-    /// One head's `k` best proposals from its logits row (columns of the draft vocabulary
-    /// or the vocabulary), best first, with their probabilities.
-    fn ranked(&self, row: &[f32], k: usize) -> Ranked {
-        let best = top_k(row, k);
-        let probs = softmax_at(row, &best);
-        best.into_iter()
-            .zip(probs)
-            .map(|(c, p)| (self.token(c), p))
-            .collect()
     }
 }
 
