@@ -16,6 +16,8 @@ fn ms(mut f: impl FnMut(), reps: usize) -> f64 {
 }
 
 fn main() {
+    // As the `toki` binary does: this thread is one of the pool's.
+    toki_model::kernels::join_rayon_pool().expect("rayon's global pool");
     let d = Device::flex();
     let (nh, nkv, hd) = (9usize, 3usize, 64usize);
     for s in [128usize, 512, 2048] {
