@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use burn::tensor::Device;
-use toki_decode::proposer::StepInput;
+use toki_decode::proposer::{Ranked, StepInput};
 use toki_decode::{HeadProposer, Prompt, Proposer, Request};
 use toki_model::HostPrecision;
 use toki_model::tokenizer::Message;
@@ -76,49 +76,43 @@ fn main() {
         let h = base.sequence_hidden(&[token], &rope); // [1, D]
         toki_decode::greedy_tokens(base, h).expect("the base's pass");
     };
+    // `rank` at every position, each after a base pass: the rankings and the mean ms.
+    let run = |rank: &dyn Fn(StepInput<'_>) -> Vec<Ranked>| -> (Vec<Vec<Ranked>>, f64) {
+        let mut ms = 0.0;
+        let r = (start..ids.len())
+            .map(|pos| {
+                base_pass(ids[pos]);
+                let input = StepInput {
+                    base,
+                    hidden: hidden.clone().slice([pos - 1..pos]),
+                    history: &ids[..pos],
+                };
+                let t = Instant::now();
+                let r = rank(input);
+                ms += t.elapsed().as_secs_f64() * 1e3;
+                r
+            })
+            .collect();
+        (r, ms / (ids.len() - start) as f64)
+    };
     for round in 0..=repeat {
         for (v, (_, p)) in variants.iter().enumerate() {
-            let mut ms = 0.0;
-            let r: Vec<_> = (start..ids.len())
-                .map(|pos| {
-                    base_pass(ids[pos]);
-                    let input = StepInput {
-                        base,
-                        hidden: hidden.clone().slice([pos - 1..pos]),
-                        history: &ids[..pos],
-                    };
-                    let t = Instant::now();
-                    let r = p.rank(input, &k).expect("ranking");
-                    ms += t.elapsed().as_secs_f64() * 1e3;
-                    r
-                })
-                .collect();
+            let (r, ms) = run(&|input| p.rank(input, &k).expect("ranking"));
             // Round 0 warms up; later rounds are timed.
             if round > 0 {
-                times[v].push(ms / (ids.len() - start) as f64);
+                times[v].push(ms);
             }
             ranked[v] = r;
         }
         // The f16 copies stopped after head 1, as a dynamic tree's step does when head 1
         // already makes the root alone the best tree (`DynamicTree::root_alone`).
-        let mut ms = 0.0;
-        for pos in start..ids.len() {
-            base_pass(ids[pos]);
-            let input = StepInput {
-                base,
-                hidden: hidden.clone().slice([pos - 1..pos]),
-                history: &ids[..pos],
-            };
-            let t = Instant::now();
-            let r = variants[1]
-                .1
-                .rank_until(input, &k, &mut |r| r.len() == 1)
-                .expect("ranking");
-            ms += t.elapsed().as_secs_f64() * 1e3;
-            assert_eq!(r.len(), 1, "stopped after head 1");
-        }
+        let (r, ms) = run(&|input| {
+            let stop = &mut |r: &[Ranked]| r.len() == 1;
+            variants[1].1.rank_until(input, &k, stop).expect("ranking")
+        });
+        assert!(r.iter().all(|r| r.len() == 1), "stopped after head 1");
         if round > 0 {
-            head1_alone.push(ms / (ids.len() - start) as f64);
+            head1_alone.push(ms);
         }
     }
     let f32_ms = median(times[0].clone());

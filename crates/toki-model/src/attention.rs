@@ -137,7 +137,7 @@ impl OneHead<'_> {
                 if FMA && w == B {
                     // SAFETY: FMA is only set where the CPU has AVX2 and FMA (`run_avx2`);
                     // the keys hold hd rows of `capacity` >= j0 + B.
-                    unsafe { x86::scores(qi, self.keys, self.capacity, j0, &mut acc) };
+                    unsafe { x86::weighted_sum(qi, self.keys, self.capacity, j0, &mut acc) };
                     row[j0..j0 + w]
                         .iter_mut()
                         .zip(&acc)
@@ -176,7 +176,7 @@ impl OneHead<'_> {
                     if FMA && w == B {
                         let n = (rows.len() / hd).min(pi.len());
                         // SAFETY: as above; `rows` holds n rows of hd >= c0 + B values.
-                        unsafe { x86::weighted_rows(&pi[..n], rows, hd, c0, &mut acc) };
+                        unsafe { x86::weighted_sum(&pi[..n], rows, hd, c0, &mut acc) };
                         o[c0..c0 + w]
                             .iter_mut()
                             .zip(&acc)
@@ -205,50 +205,25 @@ mod x86 {
     use super::B;
     use std::arch::x86_64::*;
 
-    /// `out[l] = Σ_c q[c] · keys[c·capacity + j0 + l]`, l < 64.
+    /// `out[l] = Σ_i w[i] · rows[i·stride + at + l]`, l < 64: a block of scores (w = a
+    /// query, rows = the transposed keys, stride = the capacity, at = the first key) or of
+    /// output columns (w = a block's probabilities, rows = the values, stride = hd).
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn scores(
-        q: &[f32],
-        keys: &[f32],
-        capacity: usize,
-        j0: usize,
-        out: &mut [f32; B],
-    ) {
-        if let Some(last) = q.len().checked_sub(1) {
-            assert!(j0 + B <= capacity && last * capacity + j0 + B <= keys.len());
-        }
-        let mut a = [_mm256_setzero_ps(); 8];
-        for (c, &qc) in q.iter().enumerate() {
-            let b = _mm256_set1_ps(qc);
-            // SAFETY: row c's block j0..j0 + 64 lies inside `keys` (asserted above).
-            let p = unsafe { keys.as_ptr().add(c * capacity + j0) };
-            for (l, acc) in a.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(b, unsafe { _mm256_loadu_ps(p.add(8 * l)) }, *acc);
-            }
-        }
-        for (l, acc) in a.iter().enumerate() {
-            // SAFETY: `out` holds 64 floats.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * l), *acc) };
-        }
-    }
-
-    /// `out[l] = Σ_j p[j] · rows[j·hd + c0 + l]`, l < 64, j < p.len().
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn weighted_rows(
-        p: &[f32],
+    pub(super) unsafe fn weighted_sum(
+        w: &[f32],
         rows: &[f32],
-        hd: usize,
-        c0: usize,
+        stride: usize,
+        at: usize,
         out: &mut [f32; B],
     ) {
-        if let Some(last) = p.len().checked_sub(1) {
-            assert!(c0 + B <= hd && last * hd + c0 + B <= rows.len());
+        if let Some(last) = w.len().checked_sub(1) {
+            assert!(at + B <= stride && last * stride + at + B <= rows.len());
         }
         let mut a = [_mm256_setzero_ps(); 8];
-        for (j, &pj) in p.iter().enumerate() {
-            let b = _mm256_set1_ps(pj);
-            // SAFETY: row j's columns c0..c0 + 64 lie inside `rows` (asserted above).
-            let r = unsafe { rows.as_ptr().add(j * hd + c0) };
+        for (i, &wi) in w.iter().enumerate() {
+            let b = _mm256_set1_ps(wi);
+            // SAFETY: row i's floats at..at + 64 lie inside `rows` (asserted above).
+            let r = unsafe { rows.as_ptr().add(i * stride + at) };
             for (l, acc) in a.iter_mut().enumerate() {
                 *acc = _mm256_fmadd_ps(b, unsafe { _mm256_loadu_ps(r.add(8 * l)) }, *acc);
             }
