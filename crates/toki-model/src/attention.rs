@@ -253,7 +253,7 @@ fn axpy<const FMA: bool>(acc: &mut [f32; B], a: f32, x: &[f32]) {
 /// over it vectorise: x = n ln 2 + r, |r| <= ln 2 / 2, e^r by its degree-6 Taylor polynomial
 /// (relative error under 3e-7), 2^n from the exponent bits. Below -87, 0 (as e^-inf is).
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
     let xc = x.max(-87.0);

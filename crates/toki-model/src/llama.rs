@@ -12,7 +12,7 @@ use crate::attention::{HostAttn, attention};
 use crate::cache::{KvCache, host_vec};
 use crate::config::LlamaConfig;
 use crate::error::Result;
-use crate::kernels::{HOST_ROWS, HostWeight};
+use crate::kernels::{HOST_ROWS, HostWeight, silu_times};
 use crate::rope::{RopeAt, RopeTables};
 use crate::weights::WeightSource;
 
@@ -578,6 +578,18 @@ impl Attention {
 impl Mlp {
     /// x [T, D] -> [T, D]
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let [t, _] = x.dims();
+        let bias = self.gate.bias.is_some() || self.up.bias.is_some();
+        if let (Some(gate), Some(up), false) = (&self.gate.host, &self.up.host, bias)
+            && host_path(t, &x)
+        {
+            // The few rows of a step: read back once, SiLU(gate)·up in one host pass.
+            let device = x.device();
+            let xv = host_vec(x);
+            let h = silu_times(&gate.matmul(&xv, t), &up.matmul(&xv, t)); // [T, F]
+            let h = Tensor::from_data(TensorData::new(h, [t, gate.out_features()]), &device);
+            return self.down.forward(h);
+        }
         self.down
             .forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
     }
