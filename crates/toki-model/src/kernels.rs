@@ -74,7 +74,11 @@ fn silu_times_in(gate: &[f32], up: &[f32]) -> Vec<f32> {
         .zip(up)
         .map(|(&x, &u)| {
             let e = crate::attention::exp(-x.abs());
-            let sigmoid = if x >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) };
+            let sigmoid = if x >= 0.0 {
+                1.0 / (1.0 + e)
+            } else {
+                e / (1.0 + e)
+            };
             x * sigmoid * u
         })
         .collect()

@@ -12,9 +12,14 @@ use crate::attention::{HostAttn, attention};
 use crate::cache::{KvCache, host_vec};
 use crate::config::LlamaConfig;
 use crate::error::Result;
-use crate::kernels::{HOST_ROWS, HostWeight, silu_times};
+use crate::kernels::{HOST_ROWS, HostWeight};
 use crate::rope::{RopeAt, RopeTables};
 use crate::weights::WeightSource;
+
+mod host;
+mod mask;
+use host::HostRope;
+pub use mask::AttnMask;
 
 /// Floating-point type the model computes in (weights are stored in it too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,36 +37,6 @@ impl Precision {
             Precision::F16 => DType::F16,
             Precision::BF16 => DType::BF16,
         }
-    }
-}
-
-/// Which of the cached and new tokens each new token may attend to.
-#[derive(Debug, Clone)]
-pub enum AttnMask {
-    /// Every new token sees the whole cached prefix and the new tokens up to itself.
-    Causal,
-    /// Every new token sees the whole cached prefix; among the T new tokens, visibility is
-    /// given by this additive bias [T, T] (0 = visible, -inf = hidden). A tree mask.
-    Tree(Tensor<2>),
-    /// Visibility of every cached and new token, given by this additive bias
-    /// [T, prefix + T]. Several independent sequences can share one cache this way
-    /// (batched generation): each row sees only its own sequence's rows.
-    Full(Tensor<2>),
-}
-
-impl AttnMask {
-    /// The additive bias [T, T] of a causal mask.
-    pub fn causal_bias(t: usize, device: &Device) -> Tensor<2> {
-        let v: Vec<f32> = (0..t * t)
-            .map(|i| {
-                if i % t <= i / t {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                }
-            })
-            .collect();
-        Tensor::from_data(TensorData::new(v, [t, t]), device)
     }
 }
 
@@ -436,9 +411,13 @@ impl LlamaModel {
         // reads the bias on the host ([T, prefix + T]).
         let host_attn = cache.is_host() && t <= HOST_ROWS && !self.device().is_autodiff();
         let host_bias = bias.clone().filter(|_| host_attn).map(host_vec);
-        let path = match host_attn {
-            true => AttnPath::Host(host_bias.as_deref()),
-            false => AttnPath::Burn(bias.as_ref()),
+        let host_rope = host_attn.then(|| HostRope::new(&rope_at));
+        let path = match &host_rope {
+            Some(rope) => AttnPath::Host {
+                bias: host_bias.as_deref(),
+                rope,
+            },
+            None => AttnPath::Burn(bias.as_ref()),
         };
         //  Activations stay 2-D [T, D]: a 2-D matmul uses the transposed weight view as it
         // is, where a batched one would first copy the weight to contiguous memory.
@@ -506,8 +485,12 @@ impl LlamaModel {
 enum AttnPath<'a> {
     /// Burn's tensor ops; bias [1, 1, T, S].
     Burn(Option<&'a Tensor<4>>),
-    /// The host kernel over a host cache ([`crate::attention`]); bias [T, S].
-    Host(Option<&'a [f32]>),
+    /// The host kernel over a host cache ([`crate::attention`]); bias [T, S], and the
+    /// pass's RoPE tables on the host.
+    Host {
+        bias: Option<&'a [f32]>,
+        rope: &'a HostRope,
+    },
 }
 
 impl Attention {
@@ -520,6 +503,11 @@ impl Attention {
         cache: &mut KvCache,
         layer: usize,
     ) -> Tensor<2> {
+        if let AttnPath::Host { bias, rope } = path
+            && let Some(y) = self.forward_host(&x, rope, bias, cache, layer)
+        {
+            return y;
+        }
         let [t, _] = x.dims();
         let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
         let group = nh / nkv;
@@ -539,7 +527,7 @@ impl Attention {
         let k = rope.apply(k);
         let bias = match path {
             AttnPath::Burn(bias) => bias,
-            AttnPath::Host(bias) => {
+            AttnPath::Host { bias, .. } => {
                 let device = q.device();
                 cache.write_host(layer, &host_vec(k), &host_vec(v), t);
                 let (ck, cv) = cache.host_layer(layer);
@@ -579,16 +567,10 @@ impl Mlp {
     /// x [T, D] -> [T, D]
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         let [t, _] = x.dims();
-        let bias = self.gate.bias.is_some() || self.up.bias.is_some();
-        if let (Some(gate), Some(up), false) = (&self.gate.host, &self.up.host, bias)
-            && host_path(t, &x)
+        if host_path(t, &x)
+            && let Some(y) = self.forward_host(&x)
         {
-            // The few rows of a step: read back once, SiLU(gate)·up in one host pass.
-            let device = x.device();
-            let xv = host_vec(x);
-            let h = silu_times(&gate.matmul(&xv, t), &up.matmul(&xv, t)); // [T, F]
-            let h = Tensor::from_data(TensorData::new(h, [t, gate.out_features()]), &device);
-            return self.down.forward(h);
+            return y;
         }
         self.down
             .forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))

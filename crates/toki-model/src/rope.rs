@@ -108,6 +108,11 @@ impl RopeTables {
 }
 
 impl RopeAt {
+    /// cos and sin [1, 1, T, head_dim / 2].
+    pub(crate) fn tables(&self) -> (Tensor<4>, Tensor<4>) {
+        (self.cos.clone(), self.sin.clone())
+    }
+
     /// Rotate `x` [B, H, T, head_dim] (transformers' rotate_half convention: the first and
     /// second halves of each head form the pairs).
     pub fn apply(&self, x: Tensor<4>) -> Tensor<4> {

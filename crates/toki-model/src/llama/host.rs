@@ -1,0 +1,130 @@
+//! A layer's attention block and MLP for the few rows of a decoding or verification step,
+//! on host vectors: where the projections have host copies (flex, f32, no biases) and the
+//! cache is on the host.
+//!
+//! The same arithmetic as the tensor path around the host kernels, without its traffic:
+//! the activations are read back once per block instead of once per projection, and RoPE,
+//! the head layout and SiLU(gate)·up are loops over host memory instead of a dozen tensor
+//! ops each (every op on flex allocates its result and pays a dispatch, whatever its
+//! size). RoPE takes the same products and sums in the same order as [`RopeAt::apply`]
+//! (bit-identical); SiLU is [`silu_times`] (not bit-identical to Burn's, within 1e-6).
+
+use burn::tensor::{Tensor, TensorData};
+
+use super::{Attention, Mlp, Proj};
+use crate::attention::{HostAttn, attention};
+use crate::cache::{KvCache, host_vec};
+use crate::kernels::{HostWeight, silu_times};
+use crate::rope::RopeAt;
+
+/// cos and sin of one forward's positions on the host: [T, head_dim / 2] each.
+pub(crate) struct HostRope {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl HostRope {
+    pub(crate) fn new(rope: &RopeAt) -> Self {
+        let (cos, sin) = rope.tables(); // [1, 1, T, hd / 2]
+        Self {
+            cos: host_vec(cos),
+            sin: host_vec(sin),
+        }
+    }
+
+    /// Rotates `x` [T, heads, hd] in place (rotate_half pairs, as [`RopeAt::apply`]).
+    fn apply(&self, x: &mut [f32], t: usize, hd: usize) {
+        let half = hd / 2;
+        for (i, token) in x.chunks_exact_mut(x.len() / t).enumerate() {
+            let (cos, sin) = (
+                &self.cos[i * half..(i + 1) * half],
+                &self.sin[i * half..(i + 1) * half],
+            );
+            for head in token.chunks_exact_mut(hd) {
+                let (x1, x2) = head.split_at_mut(half);
+                for j in 0..half {
+                    let (a, b) = (x1[j], x2[j]);
+                    x1[j] = a * cos[j] - b * sin[j];
+                    x2[j] = b * cos[j] + a * sin[j];
+                }
+            }
+        }
+    }
+}
+
+/// The host copy of a projection without a bias.
+fn host(p: &Proj) -> Option<&HostWeight> {
+    p.host.as_ref().filter(|_| p.bias.is_none())
+}
+
+/// [T, heads, hd] -> [heads, T, hd].
+fn heads_first(x: &[f32], t: usize, heads: usize, hd: usize) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for i in 0..t {
+        for h in 0..heads {
+            out[(h * t + i) * hd..(h * t + i + 1) * hd]
+                .copy_from_slice(&x[(i * heads + h) * hd..(i * heads + h + 1) * hd]);
+        }
+    }
+    out
+}
+
+impl Attention {
+    /// x [T, D] -> [T, D] on host vectors, appending the keys and values to the host
+    /// `cache`; `None` where a projection has no host copy or has a bias.
+    pub(super) fn forward_host(
+        &self,
+        x: &Tensor<2>,
+        rope: &HostRope,
+        bias: Option<&[f32]>,
+        cache: &mut KvCache,
+        layer: usize,
+    ) -> Option<Tensor<2>> {
+        let (wq, wk, wv, wo) = (
+            host(&self.q)?,
+            host(&self.k)?,
+            host(&self.v)?,
+            host(&self.o)?,
+        );
+        let [t, _] = x.dims();
+        let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let xv = host_vec(x.clone()); // [T, D]
+        let (mut q, mut k) = (wq.matmul(&xv, t), wk.matmul(&xv, t)); // [T, nh / nkv, hd]
+        let v = wv.matmul(&xv, t); // [T, nkv, hd]
+        rope.apply(&mut q, t, hd);
+        rope.apply(&mut k, t, hd);
+        let (k, v) = (heads_first(&k, t, nkv, hd), heads_first(&v, t, nkv, hd));
+        cache.write_host(layer, &k, &v, t);
+        let (ck, cv) = cache.host_layer(layer);
+        let dims = HostAttn {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            t,
+            s: cache.len() + t,
+            capacity: cache.capacity(),
+        };
+        let out = attention(&heads_first(&q, t, nh, hd), ck, cv, dims, bias); // [T, nh * hd]
+        let y = wo.matmul(&out, t); // [T, D]
+        Some(Tensor::from_data(
+            TensorData::new(y, [t, wo.out_features()]),
+            &x.device(),
+        ))
+    }
+}
+
+impl Mlp {
+    /// x [T, D] -> [T, D] on host vectors; `None` where a projection has no host copy or
+    /// has a bias.
+    pub(super) fn forward_host(&self, x: &Tensor<2>) -> Option<Tensor<2>> {
+        let (gate, up, down) = (host(&self.gate)?, host(&self.up)?, host(&self.down)?);
+        let [t, _] = x.dims();
+        let xv = host_vec(x.clone()); // [T, D]
+        let h = silu_times(&gate.matmul(&xv, t), &up.matmul(&xv, t)); // [T, F]
+        let y = down.matmul(&h, t); // [T, D]
+        Some(Tensor::from_data(
+            TensorData::new(y, [t, down.out_features()]),
+            &x.device(),
+        ))
+    }
+}
