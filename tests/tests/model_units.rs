@@ -179,8 +179,23 @@ fn host_attention_and_cache_match_burns() {
     // On the cpu backend the model keeps its cache on the host and runs the host attention
     // kernel for steps of up to 16 tokens; without host kernels, Burn's ops on a device
     // cache. Prefill (20 tokens: Burn's ops over the host cache's rows), a tree step with
-    // compaction, then a plain step: the same logits.
-    let fast = model(11, 2);
+    // compaction, then a plain step: the same logits. Also with biases on q, k, v and o,
+    // whose layers take the tensor-op variant of the host path.
+    let mut biased = tiny_config(64, 2, true);
+    (biased.qkv_bias, biased.o_bias) = (true, true);
+    let biased = LlamaModel::from_weights(
+        &biased,
+        &mut RandomWeights { seed: 12, std: 0.3 },
+        &dev(),
+        Precision::F32,
+    )
+    .unwrap();
+    for fast in [model(11, 2), biased] {
+        host_attention_matches_burns(fast);
+    }
+}
+
+fn host_attention_matches_burns(fast: LlamaModel) {
     let slow = fast.clone().without_host_kernels();
     let rope = RopeTables::new(fast.config(), 64, &dev());
     let tree = Tree::from_paths(&[vec![0], vec![1], vec![0, 0]], 2, 2).unwrap();

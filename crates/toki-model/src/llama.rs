@@ -8,7 +8,6 @@ use burn::nn::{Embedding, Linear, RmsNorm};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
-use crate::attention::{HostAttn, attention};
 use crate::cache::{KvCache, host_vec};
 use crate::config::LlamaConfig;
 use crate::error::Result;
@@ -529,17 +528,8 @@ impl Attention {
             AttnPath::Burn(bias) => bias,
             AttnPath::Host { bias, .. } => {
                 let device = q.device();
-                cache.write_host(layer, &host_vec(k), &host_vec(v), t);
-                let (ck, cv) = cache.host_layer(layer);
-                let dims = HostAttn {
-                    n_heads: nh,
-                    n_kv_heads: nkv,
-                    head_dim: hd,
-                    t,
-                    s: cache.len() + t,
-                    capacity: cache.capacity(),
-                };
-                let out = attention(&host_vec(q), ck, cv, dims, bias); // [T, nh * hd]
+                let (k, v) = (host_vec(k), host_vec(v)); // [nkv, T, hd]
+                let out = self.attend(&host_vec(q), &k, &v, t, bias, cache, layer); // [T, nh * hd]
                 let out = Tensor::from_data(TensorData::new(out, [t, nh * hd]), &device);
                 return self.o.forward(out);
             }
