@@ -529,7 +529,7 @@ impl Attention {
             AttnPath::Host { bias, .. } => {
                 let device = q.device();
                 let (k, v) = (host_vec(k), host_vec(v)); // [nkv, T, hd]
-                let out = self.attend(&host_vec(q), &k, &v, t, bias, cache, layer); // [T, nh * hd]
+                let out = self.attend(&host_vec(q), &k, &v, bias, cache, layer); // [T, nh * hd]
                 let out = Tensor::from_data(TensorData::new(out, [t, nh * hd]), &device);
                 return self.o.forward(out);
             }

@@ -95,30 +95,27 @@ impl Attention {
         rope.apply(&mut k, t, hd);
         let (k, v) = (heads_first(&k, t, nkv, hd), heads_first(&v, t, nkv, hd));
         let q = heads_first(&q, t, nh, hd);
-        let out = self.attend(&q, &k, &v, t, bias, cache, layer); // [T, nh * hd]
+        let out = self.attend(&q, &k, &v, bias, cache, layer); // [T, nh * hd]
         let y = wo.matmul(&out, t); // [T, D]
         Some(Tensor::from_data(
             TensorData::new(y, [t, wo.out_features()]),
             &x.device(),
         ))
     }
-}
 
-impl Attention {
     /// Appends the keys and values `k`, `v` [nkv, T, hd] of T new tokens to the host
     /// `cache`'s `layer` and attends the queries `q` [nh, T, hd] over the cache and them
     /// ([`attention`], additive `bias` [T, S]): [T, nh * hd].
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn attend(
         &self,
         q: &[f32],
         k: &[f32],
         v: &[f32],
-        t: usize,
         bias: Option<&[f32]>,
         cache: &mut KvCache,
         layer: usize,
     ) -> Vec<f32> {
+        let t = q.len() / (self.n_heads * self.head_dim);
         cache.write_host(layer, k, v, t);
         let (ck, cv) = cache.host_layer(layer);
         let dims = HostAttn {
