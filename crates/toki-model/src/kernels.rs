@@ -427,18 +427,19 @@ mod avx2 {
     /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`, four weight rows at a time. The four
     /// rows are read from memory once; every activation row then meets them in L1, by
     /// micro-kernels that compute no padding:
-    /// - 1 row: four weight rows, two accumulators each;
-    /// - groups of 2 or 3 rows: four weight rows times the group (8 or 12 accumulators);
-    /// - groups of 4 rows: two weight rows times four, twice (8 accumulators each).
+    /// - 1 row: four weight rows ([`dot4x1`]);
+    /// - groups of 2 or 3 rows: two weight rows times the group, twice (8 or 12
+    ///   accumulators); more rows go in such groups (4 = 2 + 2, 5 = 3 + 2, ...).
+    ///
+    /// Every dot product sums lane `k mod 16` in order over two 8-lane accumulators and
+    /// adds them as [`dot4x1`] does (and the AVX-512 kernel), so a row's result does not
+    /// depend on how many rows share the step: a tree node's projections are bit for bit
+    /// the ones plain decoding computes (tested).
     ///
     /// The first group prefetches the weights `prefetch` floats ahead ([`PREFETCH`] for
     /// weights streamed from memory, 0 for a scratch in L1). Without it the
     /// loads stall the arithmetic instead of overlapping it, and every extra row added its
-    /// arithmetic to the memory time. Measured (`examples/kern.rs`, one model pass of
-    /// projections + lm_head, median of 10 interleaved rounds, relative to 1 row):
-    /// 2 / 4 / 8 rows cost 1.01-1.04 / 1.03-1.05 / 1.3-1.4x with it, 1.16 / 1.35 / 1.65x
-    /// without; the previous kernel (one weight row times eight activation rows, padded)
-    /// cost 1.28 / 1.37 / 1.55x in a separate run.
+    /// arithmetic to the memory time (README, "Past four rows").
     ///
     /// A block of fewer than four weight rows repeats its last row (results discarded).
     #[target_feature(enable = "avx2,fma")]
@@ -452,8 +453,14 @@ mod avx2 {
         prefetch: usize,
     ) {
         let xrow = |i: usize| &x[i * inn..(i + 1) * inn];
-        // Groups of 4, with 5 left as 3 + 2 (no lone row).
-        let group = |left: usize| if left == 5 { 3 } else { left.min(4) };
+        // Groups of 3 and 2 (no lone row after the first group).
+        let group = |left: usize| {
+            if left % 3 == 1 && left > 1 {
+                2
+            } else {
+                left.min(3)
+            }
+        };
         super::walk_blocks(w, inn, rows, m, yt, 4, group, |wr, i, g, out| {
             // Later groups find the block's weights in L1.
             let pf = if i == 0 { prefetch } else { 0 };
@@ -464,17 +471,16 @@ mod avx2 {
                     (0..4).for_each(|j| put(j, &s[j..j + 1]));
                 }
                 2 => {
-                    let s = dot::<4, 2>(wr, [xrow(i), xrow(i + 1)], inn, pf);
-                    (0..4).for_each(|j| put(j, &s[j]));
-                }
-                3 => {
-                    let s = dot::<4, 3>(wr, [xrow(i), xrow(i + 1), xrow(i + 2)], inn, pf);
-                    (0..4).for_each(|j| put(j, &s[j]));
+                    for half in 0..2 {
+                        let wh = [wr[2 * half], wr[2 * half + 1]];
+                        let s = dot::<2, 2>(wh, [xrow(i), xrow(i + 1)], inn, pf);
+                        (0..2).for_each(|j| put(2 * half + j, &s[j]));
+                    }
                 }
                 _ => {
-                    let xr = [xrow(i), xrow(i + 1), xrow(i + 2), xrow(i + 3)];
+                    let xr = [xrow(i), xrow(i + 1), xrow(i + 2)];
                     for half in 0..2 {
-                        let s = dot::<2, 4>([wr[2 * half], wr[2 * half + 1]], xr, inn, pf);
+                        let s = dot::<2, 3>([wr[2 * half], wr[2 * half + 1]], xr, inn, pf);
                         (0..2).for_each(|j| put(2 * half + j, &s[j]));
                     }
                 }
@@ -482,8 +488,8 @@ mod avx2 {
         });
     }
 
-    /// `R` weight rows times `M` activation rows: `R·M` accumulators, `R + M` loads per
-    /// `R·M` FMAs.
+    /// `R` weight rows times `M` activation rows, 16 floats a step in two 8-lane halves:
+    /// `2·R·M` accumulators, summed in [`dot4x1`]'s order.
     #[target_feature(enable = "avx2,fma")]
     fn dot<const R: usize, const M: usize>(
         w: [&[f32]; R],
@@ -491,36 +497,38 @@ mod avx2 {
         inn: usize,
         pf: usize,
     ) -> [[f32; M]; R] {
-        let n8 = inn / 8 * 8;
-        let mut a = [[_mm256_setzero_ps(); M]; R];
-        let mut xv = [_mm256_setzero_ps(); M];
+        let n16 = inn / 16 * 16;
+        let mut a = [[[_mm256_setzero_ps(); 2]; M]; R];
         let mut k = 0;
-        while k < n8 {
-            // SAFETY: k + 8 <= n8 <= inn = every row's length.
+        while k < n16 {
+            // SAFETY: k + 16 <= n16 <= inn = every row's length.
             unsafe {
-                // One prefetch per 64-byte line.
-                if pf > 0 && k.is_multiple_of(16) {
+                // One 64-byte line per row per step.
+                if pf > 0 {
                     for row in &w {
                         prefetch(row.as_ptr().wrapping_add(k + pf));
                     }
                 }
-                for j in 0..M {
-                    xv[j] = _mm256_loadu_ps(x[j].as_ptr().add(k));
-                }
-                for r in 0..R {
-                    let v = _mm256_loadu_ps(w[r].as_ptr().add(k));
+                for h in 0..2 {
+                    let mut xv = [_mm256_setzero_ps(); M];
                     for j in 0..M {
-                        a[r][j] = _mm256_fmadd_ps(v, xv[j], a[r][j]);
+                        xv[j] = _mm256_loadu_ps(x[j].as_ptr().add(k + 8 * h));
+                    }
+                    for r in 0..R {
+                        let v = _mm256_loadu_ps(w[r].as_ptr().add(k + 8 * h));
+                        for j in 0..M {
+                            a[r][j][h] = _mm256_fmadd_ps(v, xv[j], a[r][j][h]);
+                        }
                     }
                 }
             }
-            k += 8;
+            k += 16;
         }
         let mut out = [[0.0; M]; R];
         for r in 0..R {
             for j in 0..M {
-                let tail: f32 = (n8..inn).map(|kk| w[r][kk] * x[j][kk]).sum();
-                out[r][j] = hsum(a[r][j]) + tail;
+                let tail: f32 = (n16..inn).map(|kk| w[r][kk] * x[j][kk]).sum();
+                out[r][j] = hsum(_mm256_add_ps(a[r][j][0], a[r][j][1])) + tail;
             }
         }
         out
