@@ -164,7 +164,11 @@ impl OneHead<'_> {
             row.iter_mut().for_each(|x| *x *= inv);
         }
         let mut out = vec![0.0f32; t * hd]; // [T, hd]
-        // Blocks of B output columns, kept in registers over a block of VB value rows.
+        // Blocks of B output columns, kept in registers over a block of VB value rows. Each
+        // block's sums go on from the previous block's (one chain of multiply-adds over all
+        // keys in order), and a hidden key adds 0·v, which changes nothing: a token's output
+        // does not depend on where the blocks fall or on the hidden keys around the ones it
+        // sees, so a tree node attends bit for bit as plain decoding does at its position.
         for j0 in (0..s).step_by(VB) {
             let rows = &self.values[j0 * hd..(j0 + VB).min(s) * hd];
             for (i, o) in out.chunks_exact_mut(hd).enumerate() {
@@ -172,24 +176,19 @@ impl OneHead<'_> {
                 for c0 in (0..hd).step_by(B) {
                     let w = B.min(hd - c0);
                     let mut acc = [0.0f32; B];
+                    acc[..w].copy_from_slice(&o[c0..c0 + w]);
                     #[cfg(target_arch = "x86_64")]
                     if FMA && w == B {
                         let n = (rows.len() / hd).min(pi.len());
                         // SAFETY: as above; `rows` holds n rows of hd >= c0 + B values.
                         unsafe { x86::weighted_sum(&pi[..n], rows, hd, c0, &mut acc) };
-                        o[c0..c0 + w]
-                            .iter_mut()
-                            .zip(&acc)
-                            .for_each(|(x, a)| *x += a);
+                        o[c0..c0 + w].copy_from_slice(&acc);
                         continue;
                     }
                     for (vr, &pj) in rows.chunks_exact(hd).zip(pi) {
                         axpy::<FMA>(&mut acc, pj, &vr[c0..c0 + w]);
                     }
-                    o[c0..c0 + w]
-                        .iter_mut()
-                        .zip(&acc)
-                        .for_each(|(x, a)| *x += a);
+                    o[c0..c0 + w].copy_from_slice(&acc[..w]);
                 }
             }
         }
@@ -205,9 +204,10 @@ mod x86 {
     use super::B;
     use std::arch::x86_64::*;
 
-    /// `out[l] = Σ_i w[i] · rows[i·stride + at + l]`, l < 64: a block of scores (w = a
-    /// query, rows = the transposed keys, stride = the capacity, at = the first key) or of
-    /// output columns (w = a block's probabilities, rows = the values, stride = hd).
+    /// `out[l] += Σ_i w[i] · rows[i·stride + at + l]`, l < 64, added in order onto `out`'s
+    /// values: a block of scores (out zero, w = a query, rows = the transposed keys,
+    /// stride = the capacity, at = the first key) or of output columns (out = the sums so
+    /// far, w = a block's probabilities, rows = the values, stride = hd).
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn weighted_sum(
         w: &[f32],
@@ -219,7 +219,9 @@ mod x86 {
         if let Some(last) = w.len().checked_sub(1) {
             assert!(at + B <= stride && last * stride + at + B <= rows.len());
         }
-        let mut a = [_mm256_setzero_ps(); 8];
+        // SAFETY: `out` holds 64 floats.
+        let mut a: [__m256; 8] =
+            std::array::from_fn(|l| unsafe { _mm256_loadu_ps(out.as_ptr().add(8 * l)) });
         for (i, &wi) in w.iter().enumerate() {
             let b = _mm256_set1_ps(wi);
             // SAFETY: row i's floats at..at + 64 lie inside `rows` (asserted above).
@@ -369,6 +371,79 @@ mod tests {
                 .map(|(x, y)| (x - y).abs())
                 .fold(0.0, f32::max);
             assert!(diff < 1e-5, "{a:?}: max difference {diff}");
+        }
+    }
+
+    /// A token's output is the same bits whether it attends alone over its keys in a row
+    /// (plain decoding) or as one row of a tree step whose visible keys sit among hidden
+    /// ones, shifted across a block boundary: tree verification computes exactly what plain
+    /// decoding would. Head sizes 64 (the AVX2 blocks) and 12 (the tails).
+    #[test]
+    fn a_token_attends_bit_for_bit_alone_or_among_hidden_keys() {
+        for hd in [64, 12] {
+            let (nh, nkv, seen, hidden_at, hidden) = (2, 1, 70, 60, 6);
+            // Plain: one token over `seen` keys.
+            let k = lcg(nkv * hd * seen, 5); // [hd, seen]
+            let v = lcg(nkv * seen * hd, 6); // [seen, hd]
+            let q = lcg(nh * hd, 7); // [nh, 1, hd]
+            let one = HostAttn {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                t: 1,
+                s: seen,
+                capacity: seen,
+            };
+            let alone = attention(&q, &k, &v, one, None);
+            // Tree step: three tokens over the same keys with `hidden` others inserted at
+            // `hidden_at`; the middle token (1) is ours and sees all but the inserted ones.
+            let s = seen + hidden;
+            let at = |j: usize| {
+                if j < hidden_at {
+                    Some(j)
+                } else {
+                    j.checked_sub(hidden)
+                }
+            };
+            let visible = |j: usize| !(hidden_at..hidden_at + hidden).contains(&j);
+            let junk = lcg(s * hd * 2, 8);
+            let mut kt = vec![0.0; hd * s];
+            let mut vt = vec![0.0; s * hd];
+            for j in 0..s {
+                for c in 0..hd {
+                    let src = at(j).filter(|_| visible(j));
+                    kt[c * s + j] = src.map_or(junk[j * hd + c], |jj| k[c * seen + jj]);
+                    vt[j * hd + c] = src.map_or(junk[s * hd + j * hd + c], |jj| v[jj * hd + c]);
+                }
+            }
+            let others = lcg(nh * 3 * hd, 9);
+            let mut qt = vec![0.0; nh * 3 * hd]; // [nh, 3, hd]
+            for h in 0..nh {
+                for i in 0..3 {
+                    let dst = &mut qt[(h * 3 + i) * hd..][..hd];
+                    match i {
+                        1 => dst.copy_from_slice(&q[h * hd..][..hd]),
+                        _ => dst.copy_from_slice(&others[(h * 3 + i) * hd..][..hd]),
+                    }
+                }
+            }
+            let bias: Vec<f32> = (0..3 * s)
+                .map(|x| match (x / s, visible(x % s)) {
+                    (1, false) => f32::NEG_INFINITY,
+                    _ => 0.0,
+                })
+                .collect();
+            let tree = HostAttn {
+                t: 3,
+                s,
+                capacity: s,
+                ..one
+            };
+            let got = attention(&qt, &kt, &vt, tree, Some(&bias));
+            let row = &got[nh * hd..2 * nh * hd];
+            for (c, (g, w)) in row.iter().zip(&alone).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "hd {hd}, value {c}: {g} vs {w}");
+            }
         }
     }
 }
