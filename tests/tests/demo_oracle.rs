@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde_json::Value;
 use toki_decode::{
-    DynamicTree, Engine, EngineOptions, HeadProposer, Lookup, Output, Prompt, Request, Tree,
-    TreePolicy, TreePreset,
+    DynamicTree, Engine, EngineOptions, HeadProposer, Lookup, Prompt, Request, Tree, TreePolicy,
+    TreePreset,
 };
 use toki_model::tokenizer::Message;
 use toki_model::{AttnMask, DraftVocab, HeadKind, HeadsConfig, MedusaHeads, TokenCounts};
@@ -178,6 +178,15 @@ fn speculative_equals_plain_on_the_demo_model() {
             Tree::from_paths(&[vec![0], vec![1], vec![0, 0], vec![1, 0]], 2, 2).unwrap(),
         )
         .unwrap();
+    // A tree of more than 16 rows (24: the `medium` preset), which once verified on other
+    // kernels than plain decoding's.
+    let spec_medium = Engine::load(&dir, &Device::flex(), &opts)
+        .unwrap()
+        .with_heads(
+            MedusaHeads::init(cfg(4), plain.model()).unwrap(),
+            Tree::from_paths(&TreePreset::Medium.paths(), 4, 3).unwrap(),
+        )
+        .unwrap();
     let mut accepted = 0;
     for (i, case) in cases(&o).iter().enumerate() {
         let req = Request {
@@ -188,8 +197,21 @@ fn speculative_equals_plain_on_the_demo_model() {
         let spec = if i < 7 { &spec_chain } else { &spec_tree };
         let b = spec.generate(&req).unwrap();
         accepted += b.stats.accept_lengths.iter().filter(|&&x| x > 1).count();
-        same_or_near_tie(&plain, &a, &b, &format!("case {i}"));
+        assert_eq!(a.output_ids, b.output_ids, "case {i}");
         eprintln!("case {i}: tau {:.2}", b.stats.mean_accepted);
+        if i % 4 == 0 {
+            let short = Request {
+                max_new_tokens: 48,
+                ..req
+            };
+            let b = spec_medium.generate(&short).unwrap();
+            assert_eq!(
+                &a.output_ids[..b.output_ids.len()],
+                b.output_ids,
+                "case {i}, medium"
+            );
+            eprintln!("case {i}, medium tree: tau {:.2}", b.stats.mean_accepted);
+        }
     }
     assert!(
         accepted > 0,
@@ -239,7 +261,7 @@ fn shipped_heads_with_dynamic_tree_and_lookup_equal_plain_on_the_demo_model() {
         };
         let a = plain.generate(&req).unwrap();
         let b = spec.generate(&req).unwrap();
-        same_or_near_tie(&plain, &a, &b, category);
+        assert_eq!(a.output_ids, b.output_ids, "{category}");
         by_lookup += b.stats.lookup_tokens;
         eprintln!(
             "{category}: tau {:.2}, {} tokens on lookup nodes",
@@ -247,45 +269,4 @@ fn shipped_heads_with_dynamic_tree_and_lookup_equal_plain_on_the_demo_model() {
         );
     }
     assert!(by_lookup > 0, "no token was accepted on a lookup node");
-}
-
-/// Plain and speculative outputs are identical, or differ first where the plain top-2
-/// logits are within 1e-3 (a tie that f32 summation order may break either way).
-fn same_or_near_tie(plain: &Engine, a: &Output, b: &Output, label: &str) {
-    if a.output_ids == b.output_ids {
-        return;
-    }
-    let at = a
-        .output_ids
-        .iter()
-        .zip(&b.output_ids)
-        .position(|(x, y)| x != y)
-        .unwrap_or(a.output_ids.len().min(b.output_ids.len()));
-    let mut ctx = a.prompt_ids.clone();
-    ctx.extend(&a.output_ids[..at]);
-    let gap = top2_gap(plain, &ctx);
-    assert!(
-        gap < 1e-3,
-        "{label}: speculative diverges from plain at step {at}, top-2 gap {gap}"
-    );
-    eprintln!("{label}: near-tie divergence at step {at} (gap {gap})");
-}
-
-fn top2_gap(e: &Engine, ctx: &[u32]) -> f64 {
-    let m = e.model();
-    let rope = toki_model::RopeTables::new(m.config(), 1024, &Device::flex());
-    let n = ctx.len();
-    let mut cache = m.new_cache(n);
-    let t = Tensor::<1, Int>::from_data(
-        TensorData::new(ctx.iter().map(|&x| x as i64).collect::<Vec<_>>(), [n]),
-        &Device::flex(),
-    );
-    let p = Tensor::<1, Int>::from_data(
-        TensorData::new((0..n as i64).collect::<Vec<_>>(), [n]),
-        &Device::flex(),
-    );
-    let h = m.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
-    let mut l: Vec<f32> = m.logits(h.slice([n - 1..n])).try_into_vec_as().unwrap();
-    l.sort_by(|a, b| b.total_cmp(a));
-    (l[0] - l[1]) as f64
 }

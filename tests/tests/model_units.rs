@@ -125,6 +125,86 @@ fn chain_tree_mask_equals_causal_mask() {
 }
 
 #[test]
+fn tree_nodes_compute_what_plain_decoding_does_bit_for_bit() {
+    // A 20-node tree (more than a step of 16 rows, which once left the host kernels) over a
+    // 60-token prefix, so the nodes' keys cross the attention kernel's 64-key blocks, on a
+    // model with the demo's head size (64: the kernels' vector paths). Each node on the
+    // chain [0], [0, 0], ... has the hidden state plain decoding computes at its position:
+    // the same bits where the model runs on the host kernels (cpu), close elsewhere.
+    let config = LlamaConfig::from_json(
+        r#"{"model_type": "llama", "vocab_size": 64, "hidden_size": 128,
+            "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "max_position_embeddings": 512, "tie_word_embeddings": true}"#,
+    )
+    .unwrap();
+    let m = LlamaModel::from_weights(
+        &config,
+        &mut RandomWeights { seed: 21, std: 0.3 },
+        &dev(),
+        Precision::F32,
+    )
+    .unwrap();
+    let rope = RopeTables::new(m.config(), 128, &dev());
+    let mut paths: Vec<Vec<usize>> = vec![];
+    for depth in 1..=4 {
+        for r in 0..5 {
+            let mut p = vec![0; depth - 1];
+            p.push(r);
+            paths.push(p);
+        }
+    }
+    let tree = Tree::from_paths(&paths, 4, 5).unwrap();
+    let b = tree.buffers(&dev());
+    let n = tree.len();
+    assert!(n > 16, "{n} nodes");
+    let prompt: Vec<u32> = (0..60).map(|i| (i * 11 + 5) % 64).collect();
+    let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 7 + 3) % 64).collect();
+    let prefill = |cache: &mut toki_model::KvCache| {
+        let pos: Vec<u32> = (0..60).collect();
+        m.forward(ids(&prompt), ids(&pos), &AttnMask::Causal, cache, &rope);
+    };
+    let mut cache = m.new_cache(100);
+    prefill(&mut cache);
+    let pos: Vec<u32> = b.depths.iter().map(|&d| 60 + d as u32).collect();
+    let tree_hidden = vec2(m.forward(
+        ids(&tokens),
+        ids(&pos),
+        &AttnMask::Tree(b.mask.clone()),
+        &mut cache,
+        &rope,
+    ));
+    // The chain's nodes, root first.
+    let chain: Vec<usize> = (0..n)
+        .filter(|&i| tree.path(i).iter().all(|&r| r == 0))
+        .collect();
+    assert_eq!(chain.len(), 5);
+    let mut plain = m.new_cache(100);
+    prefill(&mut plain);
+    let d = config.hidden_size;
+    for (depth, &node) in chain.iter().enumerate() {
+        let h = vec2(m.forward(
+            ids(&[tokens[node]]),
+            ids(&[60 + depth as u32]),
+            &AttnMask::Causal,
+            &mut plain,
+            &rope,
+        ));
+        let t = &tree_hidden[node * d..(node + 1) * d];
+        if m.uses_host_kernels() {
+            let same = h.iter().zip(t).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "node {node} (depth {depth}) differs by {}",
+                max_diff(&h, t)
+            );
+        } else {
+            assert!(max_diff(&h, t) < 1e-4, "node {node} (depth {depth})");
+        }
+    }
+}
+
+#[test]
 fn compact_keeps_exactly_the_chosen_rows_and_next_logits_match_plain() {
     let m = model(5, 2);
     let rope = RopeTables::new(m.config(), 64, &dev());
@@ -177,8 +257,8 @@ fn compact_keeps_exactly_the_chosen_rows_and_next_logits_match_plain() {
 #[test]
 fn host_attention_and_cache_match_burns() {
     // On the cpu backend the model keeps its cache on the host and runs the host attention
-    // kernel for steps of up to 16 tokens; without host kernels, Burn's ops on a device
-    // cache. Prefill (20 tokens: Burn's ops over the host cache's rows), a tree step with
+    // kernel for every step; without host kernels, Burn's ops on a device
+    // cache. Prefill (20 tokens), a tree step with
     // compaction, then a plain step: the same logits. Also with biases on q, k, v and o,
     // whose layers take the tensor-op variant of the host path.
     let mut biased = tiny_config(64, 2, true);

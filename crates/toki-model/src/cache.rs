@@ -98,8 +98,9 @@ impl KvCache {
         let layers = match &mut self.store {
             Store::Device(layers) => layers,
             Store::Host(_) => {
-                // A long step (prefill) on a host cache: rows in, Burn's attention over a
-                // tensor copy of rows 0..end.
+                // Burn's attention over a host cache (a model on an autodiff device: every
+                // other step on a host cache takes the host kernel): rows in, a tensor
+                // copy of rows 0..end out.
                 self.write_host(layer, &host_vec(k), &host_vec(v), t);
                 let (ck, cv) = self.host_layer(layer);
                 let cap = self.capacity;

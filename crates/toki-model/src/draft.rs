@@ -149,9 +149,8 @@ impl Projection {
 
     /// x [R, D] -> [R, N], f32.
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let [r, _] = x.dims();
         match &self.host {
-            Some(w) if host_path(r, &x) => host_matmul(w, x),
+            Some(w) if host_path(&x) => host_matmul(w, x),
             _ => x.matmul(self.weight.clone()).cast(DType::F32),
         }
     }

@@ -1,4 +1,6 @@
-//! The CPU fast path for the few rows of a decoding or verification step.
+//! The CPU path of the projections: built for the few rows of a decoding or verification
+//! step, and taken by every row count (prefill too), so that a row's product is the same
+//! bits whatever step it is computed in (`a_row_is_bit_identical_alone_or_among_others`).
 //!
 //! A step of 1-16 tokens over f32 weights is bound by reading them from memory, not by
 //! arithmetic: the ideal is to stream every weight matrix once per step whatever the number
@@ -23,9 +25,6 @@
 
 use rayon::prelude::*;
 use std::sync::Arc;
-
-/// Up to this many rows take the host path; more rows (prefill) use Burn's matmul.
-pub const HOST_ROWS: usize = 16;
 
 /// Makes the calling thread one of rayon's global pool, which the kernels' parallel loops
 /// run on: a loop started on it then runs its share there, instead of handing the loop to
