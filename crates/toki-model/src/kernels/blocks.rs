@@ -186,6 +186,14 @@ impl Blocks {
         m: usize,
         yt: &mut [f32],
     ) {
+        #[cfg(target_arch = "x86_64")]
+        if m == 1
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            self.one_row(inn, rows, x, yt);
+            return;
+        }
         let mut o = rows.start;
         while o < rows.end {
             let n = (rows.end - o).min(4);
@@ -208,7 +216,33 @@ impl Blocks {
 }
 
 #[cfg(target_arch = "x86_64")]
+impl Blocks {
+    /// One activation row (a plain decoding step): four weight rows at a time, each block
+    /// decoded in registers and multiplied in at once ([`x86::dot4x1_q4`],
+    /// [`x86::dot4x1_q8`]), with no scratch to write and read back. The same values and
+    /// the same sums as the scratch path, bit for bit (tested). Needs AVX2 and FMA.
+    fn one_row(&self, inn: usize, rows: std::ops::Range<usize>, x: &[f32], yt: &mut [f32]) {
+        let per_row = inn / 32;
+        let mut o = rows.start;
+        while o < rows.end {
+            let n = (rows.end - o).min(4);
+            // A block of fewer than four rows repeats its last (results discarded).
+            let r = |j: usize| (o + j.min(n - 1)) * per_row..(o + j.min(n - 1) + 1) * per_row;
+            // SAFETY: AVX2 and FMA are present (the caller checked); `x` holds `inn` values
+            // and every row `per_row` blocks of 32.
+            let s = match self {
+                Self::Q4(b) => unsafe { x86::dot4x1_q4(std::array::from_fn(|j| &b[r(j)]), x) },
+                Self::Q8(b) => unsafe { x86::dot4x1_q8(std::array::from_fn(|j| &b[r(j)]), x) },
+            };
+            yt[o - rows.start..][..n].copy_from_slice(&s[..n]);
+            o += n;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::super::avx2::hsum;
     use super::{Q4, Q8};
     use std::arch::x86_64::*;
 
@@ -254,6 +288,78 @@ mod x86 {
                 eight_u8(_mm_srli_si128::<8>(hi), d, m, p.add(24));
             }
         }
+    }
+
+    /// Four rows of Q4 blocks times one activation row `x` (32 values a block): each block
+    /// decoded as [`decode_q4`] does, into registers, and summed in the order
+    /// `kernels::avx2::dot4x1` sums a decoded row (lanes k mod 16 in two accumulators,
+    /// then across), so the result is the scratch path's, bit for bit.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot4x1_q4(rows: [&[Q4]; 4], x: &[f32]) -> [f32; 4] {
+        let nb = rows[0].len();
+        assert!(rows.iter().all(|r| r.len() == nb) && x.len() == 32 * nb);
+        let mask = _mm_set1_epi8(0x0f);
+        let mut a = [_mm256_setzero_ps(); 8];
+        for b in 0..nb {
+            // SAFETY: x holds 32 values from 32·b (asserted above).
+            let xv: [__m256; 4] =
+                std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(32 * b + 8 * k)) });
+            for (j, row) in rows.iter().enumerate() {
+                let blk = &row[b];
+                prefetch_ahead(blk);
+                let (d, m) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.m));
+                // SAFETY: `qs` holds 16 bytes.
+                let qs = unsafe { _mm_loadu_si128(blk.qs.as_ptr() as *const __m128i) };
+                let lo = _mm_and_si128(qs, mask);
+                let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), mask);
+                let w = |q: __m128i| {
+                    let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+                    _mm256_add_ps(_mm256_mul_ps(f, d), m)
+                };
+                let (w0, w1) = (w(lo), w(_mm_srli_si128::<8>(lo)));
+                let (w2, w3) = (w(hi), w(_mm_srli_si128::<8>(hi)));
+                a[2 * j] = _mm256_fmadd_ps(w0, xv[0], a[2 * j]);
+                a[2 * j + 1] = _mm256_fmadd_ps(w1, xv[1], a[2 * j + 1]);
+                a[2 * j] = _mm256_fmadd_ps(w2, xv[2], a[2 * j]);
+                a[2 * j + 1] = _mm256_fmadd_ps(w3, xv[3], a[2 * j + 1]);
+            }
+        }
+        finish(&a)
+    }
+
+    /// [`dot4x1_q4`] for Q8 blocks ([`decode_q8`]'s values).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot4x1_q8(rows: [&[Q8]; 4], x: &[f32]) -> [f32; 4] {
+        let nb = rows[0].len();
+        assert!(rows.iter().all(|r| r.len() == nb) && x.len() == 32 * nb);
+        let mut a = [_mm256_setzero_ps(); 8];
+        for b in 0..nb {
+            // SAFETY: x holds 32 values from 32·b (asserted above).
+            let xv: [__m256; 4] =
+                std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(32 * b + 8 * k)) });
+            for (j, row) in rows.iter().enumerate() {
+                let blk = &row[b];
+                prefetch_ahead(blk);
+                let d = _mm256_set1_ps(blk.d);
+                for (k, xk) in xv.iter().enumerate() {
+                    // SAFETY: `qs` holds 32 bytes.
+                    let q =
+                        unsafe { _mm_loadl_epi64(blk.qs.as_ptr().add(8 * k) as *const __m128i) };
+                    let w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+                    let acc = &mut a[2 * j + k % 2];
+                    *acc = _mm256_fmadd_ps(w, *xk, *acc);
+                }
+            }
+        }
+        finish(&a)
+    }
+
+    /// The four sums of `dot4x1`'s accumulators, as it adds them (its tail is empty here:
+    /// rows are whole blocks of 32, and it adds that empty sum too).
+    #[target_feature(enable = "avx2,fma")]
+    fn finish(a: &[__m256; 8]) -> [f32; 4] {
+        let empty: f32 = std::iter::empty::<f32>().sum();
+        std::array::from_fn(|j| hsum(_mm256_add_ps(a[2 * j], a[2 * j + 1])) + empty)
     }
 
     /// Blocks `b` into `out` (32 values each).
