@@ -1,0 +1,139 @@
+//! The x86 block decoders and the fused one-row kernels (AVX2, FMA).
+
+use super::{Q4, Q8};
+use crate::kernels::avx2::hsum;
+use std::arch::x86_64::*;
+
+/// Eight bytes (the low 8 of `b`) as f32, times `d`, plus `m` (two roundings, as the
+/// scalar code), stored at `out`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn eight_u8(b: __m128i, d: __m256, m: __m256, out: *mut f32) {
+    let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+    // SAFETY: the caller passes room for eight floats.
+    unsafe { _mm256_storeu_ps(out, _mm256_add_ps(_mm256_mul_ps(f, d), m)) };
+}
+
+/// Bytes ahead of the block being decoded at which the blocks are prefetched.
+const PREFETCH_BYTES: usize = 4096;
+
+/// Ask for the line [`PREFETCH_BYTES`] past `blk` (a hint: no fault, whatever the
+/// address).
+#[inline(always)]
+pub(super) fn prefetch_ahead<T>(blk: &T) {
+    let p = (blk as *const T as *const i8).wrapping_add(PREFETCH_BYTES);
+    // SAFETY: a prefetch is a hint and never faults; SSE is baseline on x86_64.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
+}
+
+/// Blocks `b` into `out` (32 values each).
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn decode_q4(b: &[Q4], out: &mut [f32]) {
+    assert!(out.len() >= 32 * b.len());
+    let mask = _mm_set1_epi8(0x0f);
+    for (blk, o) in b.iter().zip(out.chunks_exact_mut(32)) {
+        let (d, m) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.m));
+        prefetch_ahead(blk);
+        // SAFETY: `qs` holds 16 bytes; `o` holds 32 floats.
+        unsafe {
+            let qs = _mm_loadu_si128(blk.qs.as_ptr() as *const __m128i);
+            let lo = _mm_and_si128(qs, mask);
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), mask);
+            let p = o.as_mut_ptr();
+            eight_u8(lo, d, m, p);
+            eight_u8(_mm_srli_si128::<8>(lo), d, m, p.add(8));
+            eight_u8(hi, d, m, p.add(16));
+            eight_u8(_mm_srli_si128::<8>(hi), d, m, p.add(24));
+        }
+    }
+}
+
+/// Four rows of Q4 blocks times one activation row `x` (32 values a block): each block
+/// decoded as [`decode_q4`] does, into registers, and summed in the order
+/// `kernels::avx2::dot4x1` sums a decoded row (lanes k mod 16 in two accumulators,
+/// then across), so the result is the scratch path's, bit for bit.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn dot4x1_q4(rows: [&[Q4]; 4], x: &[f32]) -> [f32; 4] {
+    let nb = rows[0].len();
+    assert!(rows.iter().all(|r| r.len() == nb) && x.len() == 32 * nb);
+    let mask = _mm_set1_epi8(0x0f);
+    let mut a = [_mm256_setzero_ps(); 8];
+    for b in 0..nb {
+        // SAFETY: x holds 32 values from 32·b (asserted above).
+        let xv: [__m256; 4] =
+            std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(32 * b + 8 * k)) });
+        for (j, row) in rows.iter().enumerate() {
+            let blk = &row[b];
+            prefetch_ahead(blk);
+            let (d, m) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.m));
+            // SAFETY: `qs` holds 16 bytes.
+            let qs = unsafe { _mm_loadu_si128(blk.qs.as_ptr() as *const __m128i) };
+            let lo = _mm_and_si128(qs, mask);
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), mask);
+            let w = |q: __m128i| {
+                let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+                _mm256_add_ps(_mm256_mul_ps(f, d), m)
+            };
+            let (w0, w1) = (w(lo), w(_mm_srli_si128::<8>(lo)));
+            let (w2, w3) = (w(hi), w(_mm_srli_si128::<8>(hi)));
+            a[2 * j] = _mm256_fmadd_ps(w0, xv[0], a[2 * j]);
+            a[2 * j + 1] = _mm256_fmadd_ps(w1, xv[1], a[2 * j + 1]);
+            a[2 * j] = _mm256_fmadd_ps(w2, xv[2], a[2 * j]);
+            a[2 * j + 1] = _mm256_fmadd_ps(w3, xv[3], a[2 * j + 1]);
+        }
+    }
+    finish(&a)
+}
+
+/// [`dot4x1_q4`] for Q8 blocks ([`decode_q8`]'s values).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn dot4x1_q8(rows: [&[Q8]; 4], x: &[f32]) -> [f32; 4] {
+    let nb = rows[0].len();
+    assert!(rows.iter().all(|r| r.len() == nb) && x.len() == 32 * nb);
+    let mut a = [_mm256_setzero_ps(); 8];
+    for b in 0..nb {
+        // SAFETY: x holds 32 values from 32·b (asserted above).
+        let xv: [__m256; 4] =
+            std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(32 * b + 8 * k)) });
+        for (j, row) in rows.iter().enumerate() {
+            let blk = &row[b];
+            prefetch_ahead(blk);
+            let d = _mm256_set1_ps(blk.d);
+            for (k, xk) in xv.iter().enumerate() {
+                // SAFETY: `qs` holds 32 bytes.
+                let q = unsafe { _mm_loadl_epi64(blk.qs.as_ptr().add(8 * k) as *const __m128i) };
+                let w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+                let acc = &mut a[2 * j + k % 2];
+                *acc = _mm256_fmadd_ps(w, *xk, *acc);
+            }
+        }
+    }
+    finish(&a)
+}
+
+/// The four sums of `dot4x1`'s accumulators, as it adds them (its tail is empty here:
+/// rows are whole blocks of 32, and it adds that empty sum too).
+#[target_feature(enable = "avx2,fma")]
+fn finish(a: &[__m256; 8]) -> [f32; 4] {
+    let empty: f32 = std::iter::empty::<f32>().sum();
+    std::array::from_fn(|j| hsum(_mm256_add_ps(a[2 * j], a[2 * j + 1])) + empty)
+}
+
+/// Blocks `b` into `out` (32 values each).
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn decode_q8(b: &[Q8], out: &mut [f32]) {
+    assert!(out.len() >= 32 * b.len());
+    for (blk, o) in b.iter().zip(out.chunks_exact_mut(32)) {
+        let d = _mm256_set1_ps(blk.d);
+        prefetch_ahead(blk);
+        // SAFETY: `qs` holds 32 bytes; `o` holds 32 floats.
+        unsafe {
+            let p = o.as_mut_ptr();
+            for k in 0..4 {
+                let q = _mm_loadl_epi64(blk.qs.as_ptr().add(8 * k) as *const __m128i);
+                let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+                _mm256_storeu_ps(p.add(8 * k), _mm256_mul_ps(f, d));
+            }
+        }
+    }
+}
