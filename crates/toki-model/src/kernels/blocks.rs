@@ -5,11 +5,13 @@
 //! One decoding step streams every weight once, and the f32 copy costs 4 bytes a weight:
 //! the step is bound by memory. Where every block of a matrix reproduces its f32 values bit
 //! for bit from (d, m, 4-bit q) or (d, 8-bit q), the host copy keeps those instead (24 or
-//! 36 bytes per 32 weights, 0.75 or 1.125 a weight). The kernel decodes four weight rows at
-//! a time into an f32 scratch (in L1), with the same arithmetic as the GGUF decoder
-//! (`gguf::dequantize`: a product, then a sum, each rounded; no fused multiply-add), and
-//! runs the f32 kernels on it. The values are the f32 weights' and the kernels the same,
-//! so every product is bit-identical to the f32 copy's (tested): nothing is approximated.
+//! 36 bytes per 32 weights, 0.75 or 1.125 a weight). Blocks decode with the GGUF decoder's
+//! arithmetic (`gguf::dequantize`: a product, then a sum, each rounded; no fused
+//! multiply-add), and the sums run in the f32 kernels' order, so every product is
+//! bit-identical to the f32 copy's (tested): nothing is approximated. Three paths:
+//! one activation row with AVX2+FMA, and 2+ rows with AVX-512, multiply blocks decoded in
+//! registers ([`x86`], [`avx512`]); elsewhere four weight rows at a time are decoded into
+//! an f32 scratch (in L1) for the f32 kernels.
 //! Any block that does not round-trip leaves the whole matrix in f32.
 
 /// 32 weights `x = d·q + m`, q in 0..16: elements 0..16 in the low nibbles of `qs`,
