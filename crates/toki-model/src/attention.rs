@@ -1,5 +1,6 @@
-//! The CPU fast path of attention for the few new tokens of a decoding or verification
-//! step, over a KV cache kept in host memory ([`crate::KvCache`] on the flex device in f32).
+//! The CPU path of attention, built for the few new tokens of a decoding or verification
+//! step (and taken by prefill too), over a KV cache kept in host memory ([`crate::KvCache`]
+//! on the flex device in f32).
 //!
 //! Burn's tensor ops took about 1 ms per layer for one token over a 2,048-token cache (as
 //! long as the layer's weights take), and their cost grows with every tree node

@@ -412,7 +412,7 @@ impl LlamaModel {
             }
         }
         .map(|b| b.cast(self.config_dtype()).reshape([1, 1, t, prefix + t]));
-        // The few rows of a step over a host cache take the host attention kernel, which
+        // Every step over a host cache (prefill too) takes the host attention kernel, which
         // reads the bias on the host ([T, prefix + T]).
         let host_attn = cache.is_host() && !self.device().is_autodiff();
         let host_bias = bias.clone().filter(|_| host_attn).map(host_vec);

@@ -1,6 +1,6 @@
-//! A layer's attention block and MLP for the few rows of a decoding or verification step,
-//! on host vectors: where the projections have host copies (flex, f32, no biases) and the
-//! cache is on the host.
+//! A layer's attention block and MLP on host vectors, for every step on the CPU (built for
+//! the few rows of a decoding or verification step; prefill takes it too): where the
+//! projections have host copies (flex, f32, no biases) and the cache is on the host.
 //!
 //! The same arithmetic as the tensor path around the host kernels, without its traffic:
 //! the activations are read back once per block instead of once per projection, and RoPE,
