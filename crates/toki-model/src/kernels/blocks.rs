@@ -225,9 +225,9 @@ impl Blocks {
 #[cfg(target_arch = "x86_64")]
 impl Blocks {
     /// One activation row (a plain decoding step): four weight rows at a time, each block
-    /// decoded in registers and multiplied in at once ([`x86::dot4x1_q4`],
-    /// [`x86::dot4x1_q8`]), with no scratch to write and read back. The same values and
-    /// the same sums as the scratch path, bit for bit (tested). Needs AVX2 and FMA.
+    /// decoded in registers and multiplied in at once ([`x86::dot4x1`]), with no scratch to
+    /// write and read back. The same values and the same sums as the scratch path, bit for
+    /// bit (tested). Needs AVX2 and FMA.
     fn one_row(&self, inn: usize, rows: std::ops::Range<usize>, x: &[f32], yt: &mut [f32]) {
         let per_row = inn / 32;
         let mut o = rows.start;
@@ -238,8 +238,8 @@ impl Blocks {
             // SAFETY: AVX2 and FMA are present (the caller checked); `x` holds `inn` values
             // and every row `per_row` blocks of 32.
             let s = match self {
-                Self::Q4(b) => unsafe { x86::dot4x1_q4(std::array::from_fn(|j| &b[r(j)]), x) },
-                Self::Q8(b) => unsafe { x86::dot4x1_q8(std::array::from_fn(|j| &b[r(j)]), x) },
+                Self::Q4(b) => unsafe { x86::dot4x1(std::array::from_fn(|j| &b[r(j)]), x) },
+                Self::Q8(b) => unsafe { x86::dot4x1(std::array::from_fn(|j| &b[r(j)]), x) },
             };
             yt[o - rows.start..][..n].copy_from_slice(&s[..n]);
             o += n;

@@ -1,4 +1,4 @@
-//! The x86 block decoders and the fused one-row kernels (AVX2, FMA).
+//! The x86 block decoders and the one-row kernel over blocks decoded in registers (AVX2, FMA).
 
 use super::{Q4, Q8};
 use crate::kernels::avx2::hsum;
@@ -48,46 +48,61 @@ pub(super) unsafe fn decode_q4(b: &[Q4], out: &mut [f32]) {
     }
 }
 
-/// Four rows of Q4 blocks times one activation row `x` (32 values a block): each block
-/// decoded as [`decode_q4`] does, into registers, and summed in the order
-/// `kernels::avx2::dot4x1` sums a decoded row (lanes k mod 16 in two accumulators,
-/// then across), so the result is the scratch path's, bit for bit.
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot4x1_q4(rows: [&[Q4]; 4], x: &[f32]) -> [f32; 4] {
-    let nb = rows[0].len();
-    assert!(rows.iter().all(|r| r.len() == nb) && x.len() == 32 * nb);
-    let mask = _mm_set1_epi8(0x0f);
-    let mut a = [_mm256_setzero_ps(); 8];
-    for b in 0..nb {
-        // SAFETY: x holds 32 values from 32·b (asserted above).
-        let xv: [__m256; 4] =
-            std::array::from_fn(|k| unsafe { _mm256_loadu_ps(x.as_ptr().add(32 * b + 8 * k)) });
-        for (j, row) in rows.iter().enumerate() {
-            let blk = &row[b];
-            prefetch_ahead(blk);
-            let (d, m) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.m));
-            // SAFETY: `qs` holds 16 bytes.
-            let qs = unsafe { _mm_loadu_si128(blk.qs.as_ptr() as *const __m128i) };
+/// A block of 32 weights that decodes into four vectors of 8 (elements 0-7, 8-15, 16-23,
+/// 24-31), with the arithmetic of [`decode_q4`] / [`decode_q8`].
+pub(super) trait Block8 {
+    /// # Safety
+    /// The CPU must have AVX2.
+    unsafe fn eighths(&self) -> [__m256; 4];
+}
+
+impl Block8 for Q4 {
+    #[inline(always)]
+    unsafe fn eighths(&self) -> [__m256; 4] {
+        // SAFETY: the caller guarantees AVX2; `qs` holds 16 bytes.
+        unsafe {
+            let mask = _mm_set1_epi8(0x0f);
+            let (d, m) = (_mm256_set1_ps(self.d), _mm256_set1_ps(self.m));
+            let qs = _mm_loadu_si128(self.qs.as_ptr() as *const __m128i);
             let lo = _mm_and_si128(qs, mask);
             let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), mask);
             let w = |q: __m128i| {
                 let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
                 _mm256_add_ps(_mm256_mul_ps(f, d), m)
             };
-            let (w0, w1) = (w(lo), w(_mm_srli_si128::<8>(lo)));
-            let (w2, w3) = (w(hi), w(_mm_srli_si128::<8>(hi)));
-            a[2 * j] = _mm256_fmadd_ps(w0, xv[0], a[2 * j]);
-            a[2 * j + 1] = _mm256_fmadd_ps(w1, xv[1], a[2 * j + 1]);
-            a[2 * j] = _mm256_fmadd_ps(w2, xv[2], a[2 * j]);
-            a[2 * j + 1] = _mm256_fmadd_ps(w3, xv[3], a[2 * j + 1]);
+            [
+                w(lo),
+                w(_mm_srli_si128::<8>(lo)),
+                w(hi),
+                w(_mm_srli_si128::<8>(hi)),
+            ]
         }
     }
-    finish(&a)
 }
 
-/// [`dot4x1_q4`] for Q8 blocks ([`decode_q8`]'s values).
+impl Block8 for Q8 {
+    #[inline(always)]
+    unsafe fn eighths(&self) -> [__m256; 4] {
+        // SAFETY: the caller guarantees AVX2; `qs` holds 32 bytes.
+        unsafe {
+            let d = _mm256_set1_ps(self.d);
+            std::array::from_fn(|k| {
+                let q = _mm_loadl_epi64(self.qs.as_ptr().add(8 * k) as *const __m128i);
+                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
+            })
+        }
+    }
+}
+
+/// Four rows of blocks times one activation row `x` (32 values a block): each block
+/// decoded into registers ([`Block8`]) and summed in the order `kernels::avx2::dot4x1`
+/// sums a decoded row (lanes k mod 16 in two accumulators, then across), so the result is
+/// the scratch path's, bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot4x1_q8(rows: [&[Q8]; 4], x: &[f32]) -> [f32; 4] {
+pub(super) unsafe fn dot4x1<B: Block8>(rows: [&[B]; 4], x: &[f32]) -> [f32; 4] {
     let nb = rows[0].len();
     assert!(rows.iter().all(|r| r.len() == nb) && x.len() == 32 * nb);
     let mut a = [_mm256_setzero_ps(); 8];
@@ -98,23 +113,17 @@ pub(super) unsafe fn dot4x1_q8(rows: [&[Q8]; 4], x: &[f32]) -> [f32; 4] {
         for (j, row) in rows.iter().enumerate() {
             let blk = &row[b];
             prefetch_ahead(blk);
-            let d = _mm256_set1_ps(blk.d);
-            for (k, xk) in xv.iter().enumerate() {
-                // SAFETY: `qs` holds 32 bytes.
-                let q = unsafe { _mm_loadl_epi64(blk.qs.as_ptr().add(8 * k) as *const __m128i) };
-                let w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+            // SAFETY: AVX2 is enabled here.
+            let w = unsafe { blk.eighths() };
+            // Elements 0-7 and 16-23 go to the first accumulator, 8-15 and 24-31 to the
+            // second: dot4x1's two steps of 16.
+            for (k, (wk, xk)) in w.iter().zip(&xv).enumerate() {
                 let acc = &mut a[2 * j + k % 2];
-                *acc = _mm256_fmadd_ps(w, *xk, *acc);
+                *acc = _mm256_fmadd_ps(*wk, *xk, *acc);
             }
         }
     }
-    finish(&a)
-}
-
-/// The four sums of `dot4x1`'s accumulators, as it adds them (its tail is empty here:
-/// rows are whole blocks of 32, and it adds that empty sum too).
-#[target_feature(enable = "avx2,fma")]
-fn finish(a: &[__m256; 8]) -> [f32; 4] {
+    // As dot4x1 adds them; its tail is empty here (whole blocks), and added too.
     let empty: f32 = std::iter::empty::<f32>().sum();
     std::array::from_fn(|j| hsum(_mm256_add_ps(a[2 * j], a[2 * j + 1])) + empty)
 }
