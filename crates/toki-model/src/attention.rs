@@ -20,6 +20,8 @@
 
 use rayon::prelude::*;
 
+use crate::kernels::math::exp;
+
 /// Shapes of one layer's attention on the host.
 #[derive(Debug, Clone, Copy)]
 pub struct HostAttn {
@@ -252,24 +254,6 @@ fn axpy<const FMA: bool>(acc: &mut [f32; B], a: f32, x: &[f32]) {
     }
 }
 
-/// e^x for x <= 0 (softmax after subtracting the row's maximum), branch-free so that loops
-/// over it vectorise: x = n ln 2 + r, |r| <= ln 2 / 2, e^r by its degree-6 Taylor polynomial
-/// (relative error under 3e-7), 2^n from the exponent bits. Below -87, 0 (as e^-inf is).
-#[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    let xc = x.max(-87.0);
-    // Round to nearest by the 1.5 * 2^23 trick (no SSE4.1 round needed).
-    let n = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r / 720.0)))));
-    let two_n = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    if x < -87.0 { 0.0 } else { p * two_n }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,22 +288,6 @@ mod tests {
             }
         }
         out
-    }
-
-    #[test]
-    fn exp_is_within_a_few_ulps() {
-        for i in 0..=20_000 {
-            let x = -(i as f32) * 0.005; // 0 .. -100
-            let (got, want) = (exp(x), f64::from(x).exp());
-            if x < -87.0 {
-                assert_eq!(got, 0.0);
-            } else {
-                let rel = ((f64::from(got) - want) / want).abs();
-                assert!(rel < 1e-6, "exp({x}) = {got}, want {want}");
-            }
-        }
-        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp(0.0), 1.0);
     }
 
     #[test]

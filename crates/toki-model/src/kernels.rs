@@ -46,49 +46,15 @@ pub fn join_rayon_pool() -> Result<(), rayon::ThreadPoolBuildError> {
         .build_global()
 }
 
-/// `silu(gate[i]) · up[i]` (SiLU: x·σ(x)), the MLP's gate of the few rows of a step on
-/// the host: one pass instead of Burn's SiLU (a libm `expf` per value) and product. σ is
-/// taken from e^(−|x|) so that the exponential ([`crate::attention::exp`], relative error
-/// under 3e-7, vectorised) never sees a positive argument.
-pub fn silu_times(gate: &[f32], up: &[f32]) -> Vec<f32> {
-    assert_eq!(gate.len(), up.len(), "gate and up differ in length");
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above); the code is safe Rust.
-        return unsafe { silu_times_avx2(gate, up) };
-    }
-    silu_times_in(gate, up)
-}
-
-/// [`silu_times`] compiled for AVX2 (the same operations: no contraction into FMAs).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn silu_times_avx2(gate: &[f32], up: &[f32]) -> Vec<f32> {
-    silu_times_in(gate, up)
-}
-
-#[inline(always)]
-fn silu_times_in(gate: &[f32], up: &[f32]) -> Vec<f32> {
-    gate.iter()
-        .zip(up)
-        .map(|(&x, &u)| {
-            let e = crate::attention::exp(-x.abs());
-            let sigmoid = if x >= 0.0 {
-                1.0 / (1.0 + e)
-            } else {
-                e / (1.0 + e)
-            };
-            x * sigmoid * u
-        })
-        .collect()
-}
-
 /// A projection weight `[out, in]` (row-major, as HF stores it) on the host.
 #[derive(Clone)]
 pub struct HostWeight {
     w: Stored,
     out: usize,
     inn: usize,
+    /// `‖w_r‖₁` per row, for the exact two-stage arg-max over Q8 blocks
+    /// (`blocks::argmax`); `None` where it does not apply.
+    row_l1: Option<Arc<[f32]>>,
 }
 
 /// The precision a host copy keeps its weights in; the arithmetic is f32 either way.
@@ -125,6 +91,7 @@ impl HostWeight {
             w: Stored::F32(w.into()),
             out,
             inn,
+            row_l1: None,
         }
     }
 
@@ -144,7 +111,12 @@ impl HostWeight {
                 .or_else(|| half_kernel::to_f16(&w).map(|h| Stored::F16(h.into()))),
         };
         match stored {
-            Some(w) => Self { w, out, inn },
+            Some(w) => Self {
+                w,
+                out,
+                inn,
+                row_l1: None,
+            },
             None => Self::new(w, out, inn),
         }
     }
@@ -165,11 +137,22 @@ impl HostWeight {
     pub fn compact(w: Vec<f32>, out: usize, inn: usize) -> Self {
         assert_eq!(w.len(), out * inn, "host weight is not [{out}, {inn}]");
         let hw = match blocks::Blocks::encode(&w, inn) {
-            Some(b) => Self {
-                w: Stored::Blocks(b),
-                out,
-                inn,
-            },
+            Some(b) => {
+                // The exact two-stage arg-max pays on a wide matrix (a vocabulary).
+                #[cfg(target_arch = "x86_64")]
+                let row_l1 = (out >= 4096 && blocks::argmax::available())
+                    .then(|| blocks::argmax::row_l1(&b, inn))
+                    .flatten()
+                    .map(Into::into);
+                #[cfg(not(target_arch = "x86_64"))]
+                let row_l1 = None;
+                Self {
+                    w: Stored::Blocks(b),
+                    out,
+                    inn,
+                    row_l1,
+                }
+            }
             None => Self::new(w, out, inn),
         };
         tracing::debug!(
@@ -226,10 +209,23 @@ impl HostWeight {
     /// without the [m, out] buffer: each block of output rows is reduced while it is in
     /// cache. The values compared are
     /// [`HostWeight::matmul`]'s, bit for bit (same blocks, same kernels), so greedy
-    /// decoding picks the same token either way.
+    /// decoding picks the same token either way. For one row, a wide Q8 block matrix (a
+    /// converted model's lm_head) on a CPU with AVX-512 VNNI first bounds every value with
+    /// 8-bit integer products and computes exactly only the rows the bounds cannot rule
+    /// out (`blocks/argmax.rs`; the same pick; `TOKI_NO_TWO_STAGE=1` turns it off).
     pub fn matmul_argmax(&self, x: &[f32], m: usize) -> Vec<u32> {
         let (out, inn) = (self.out, self.inn);
         assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
+        // One row only: there the exact product is bound by decoding the blocks, which
+        // the estimate skips; for 2+ rows the exact kernel shares each block's decoding
+        // and was as fast (benches/results/2026-12-05-cpu-two-stage-argmax-ab).
+        #[cfg(target_arch = "x86_64")]
+        if m == 1
+            && let (Stored::Blocks(b), Some(l1)) = (&self.w, &self.row_l1)
+            && let Some(picks) = b.argmax_two_stage(l1, out, inn, x, m)
+        {
+            return picks;
+        }
         let block = block_rows(out);
         // Per block: (value, index) of each activation row's maximum over the block.
         let bests: Vec<Vec<(f32, u32)>> = (0..out.div_ceil(block))
@@ -586,6 +582,8 @@ mod avx512;
 
 mod blocks;
 mod half_kernel;
+pub(crate) mod math;
+pub use math::silu_times;
 
 #[cfg(test)]
 mod tests;

@@ -315,6 +315,8 @@ impl Blocks {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(super) mod argmax;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86;
