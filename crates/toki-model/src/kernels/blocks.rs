@@ -146,8 +146,8 @@ impl Blocks {
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: AVX2 is present (checked just above); `out` holds the row's values.
             match self {
-                Self::Q4(b) => unsafe { x86::decode_q4(&b[range], out) },
-                Self::Q8(b) => unsafe { x86::decode_q8(&b[range], out) },
+                Self::Q4(b) => unsafe { x86::decode(&b[range], out) },
+                Self::Q8(b) => unsafe { x86::decode(&b[range], out) },
             }
             return;
         }
@@ -158,30 +158,11 @@ impl Blocks {
         }
     }
 
-    /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`: four rows at a time decoded into a
-    /// scratch, then the f32 kernels over it (the same kernels, so the same sums).
+    /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`: blocks decoded in registers where the
+    /// CPU allows (one row: AVX2 and FMA; 2+ rows: AVX-512), else four rows at a time
+    /// decoded into a scratch for the f32 kernels. The same sums either way.
     pub(super) fn rows_times_x(
         &self,
-        inn: usize,
-        rows: std::ops::Range<usize>,
-        x: &[f32],
-        m: usize,
-        yt: &mut [f32],
-    ) {
-        thread_local! {
-            /// Each thread's scratch, kept between calls (a step makes hundreds of them).
-            static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        SCRATCH.with_borrow_mut(|scratch| {
-            scratch.resize(4 * inn, 0.0); // [4, inn]
-            self.rows_times_x_in(scratch, inn, rows, x, m, yt);
-        });
-    }
-
-    /// [`Blocks::rows_times_x`] with `scratch` [4, inn].
-    fn rows_times_x_in(
-        &self,
-        scratch: &mut [f32],
         inn: usize,
         rows: std::ops::Range<usize>,
         x: &[f32],
@@ -201,6 +182,26 @@ impl Blocks {
             self.many_rows(inn, rows, x, m, yt);
             return;
         }
+        thread_local! {
+            /// Each thread's scratch, kept between calls (a step makes hundreds of them).
+            static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        SCRATCH.with_borrow_mut(|scratch| {
+            scratch.resize(4 * inn, 0.0); // [4, inn]
+            self.via_scratch(scratch, inn, rows, x, m, yt);
+        });
+    }
+
+    /// [`Blocks::rows_times_x`] through `scratch` [4, inn].
+    fn via_scratch(
+        &self,
+        scratch: &mut [f32],
+        inn: usize,
+        rows: std::ops::Range<usize>,
+        x: &[f32],
+        m: usize,
+        yt: &mut [f32],
+    ) {
         let mut o = rows.start;
         while o < rows.end {
             let n = (rows.end - o).min(4);
@@ -233,8 +234,7 @@ impl Blocks {
         let mut o = rows.start;
         while o < rows.end {
             let n = (rows.end - o).min(4);
-            // A block of fewer than four rows repeats its last (results discarded).
-            let r = |j: usize| (o + j.min(n - 1)) * per_row..(o + j.min(n - 1) + 1) * per_row;
+            let r = |j: usize| padded_row(o, n, j, per_row);
             // SAFETY: AVX2 and FMA are present (the caller checked); `x` holds `inn` values
             // and every row `per_row` blocks of 32.
             let s = match self {
@@ -264,8 +264,7 @@ impl Blocks {
         let mut o = rows.start;
         while o < rows.end {
             let n = (rows.end - o).min(4);
-            // A block of fewer than four rows repeats its last (results discarded).
-            let r = |j: usize| (o + j.min(n - 1)) * per_row..(o + j.min(n - 1) + 1) * per_row;
+            let r = |j: usize| padded_row(o, n, j, per_row);
             let base = (o - rows.start) * m;
             for i0 in (0..m).step_by(8) {
                 let g = (m - i0).min(8);
@@ -312,6 +311,14 @@ impl Blocks {
             o += n;
         }
     }
+}
+
+/// The blocks of row `o + j` of a group of `n` rows from `o`, each of `per_row` blocks;
+/// the group's last row stands in for `j >= n` (a short group's results are discarded).
+#[cfg(target_arch = "x86_64")]
+fn padded_row(o: usize, n: usize, j: usize, per_row: usize) -> std::ops::Range<usize> {
+    let r = o + j.min(n - 1);
+    r * per_row..(r + 1) * per_row
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -1,18 +1,9 @@
-//! The x86 block decoders and the one-row kernel over blocks decoded in registers (AVX2, FMA).
+//! The x86 block decoder and the one-row kernel over blocks decoded in registers (AVX2,
+//! FMA).
 
 use super::{Q4, Q8};
 use crate::kernels::avx2::hsum;
 use std::arch::x86_64::*;
-
-/// Eight bytes (the low 8 of `b`) as f32, times `d`, plus `m` (two roundings, as the
-/// scalar code), stored at `out`.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn eight_u8(b: __m128i, d: __m256, m: __m256, out: *mut f32) {
-    let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
-    // SAFETY: the caller passes room for eight floats.
-    unsafe { _mm256_storeu_ps(out, _mm256_add_ps(_mm256_mul_ps(f, d), m)) };
-}
 
 /// Bytes ahead of the block being decoded at which the blocks are prefetched.
 const PREFETCH_BYTES: usize = 4096;
@@ -26,30 +17,8 @@ pub(super) fn prefetch_ahead<T>(blk: &T) {
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
 }
 
-/// Blocks `b` into `out` (32 values each).
-#[target_feature(enable = "avx2")]
-pub(super) unsafe fn decode_q4(b: &[Q4], out: &mut [f32]) {
-    assert!(out.len() >= 32 * b.len());
-    let mask = _mm_set1_epi8(0x0f);
-    for (blk, o) in b.iter().zip(out.chunks_exact_mut(32)) {
-        let (d, m) = (_mm256_set1_ps(blk.d), _mm256_set1_ps(blk.m));
-        prefetch_ahead(blk);
-        // SAFETY: `qs` holds 16 bytes; `o` holds 32 floats.
-        unsafe {
-            let qs = _mm_loadu_si128(blk.qs.as_ptr() as *const __m128i);
-            let lo = _mm_and_si128(qs, mask);
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), mask);
-            let p = o.as_mut_ptr();
-            eight_u8(lo, d, m, p);
-            eight_u8(_mm_srli_si128::<8>(lo), d, m, p.add(8));
-            eight_u8(hi, d, m, p.add(16));
-            eight_u8(_mm_srli_si128::<8>(hi), d, m, p.add(24));
-        }
-    }
-}
-
 /// A block of 32 weights that decodes into four vectors of 8 (elements 0-7, 8-15, 16-23,
-/// 24-31), with the arithmetic of [`decode_q4`] / [`decode_q8`].
+/// 24-31), with the GGUF decoder's arithmetic (a product, then a sum, each rounded).
 pub(super) trait Block8 {
     /// # Safety
     /// The CPU must have AVX2.
@@ -128,20 +97,17 @@ pub(super) unsafe fn dot4x1<B: Block8>(rows: [&[B]; 4], x: &[f32]) -> [f32; 4] {
     std::array::from_fn(|j| hsum(_mm256_add_ps(a[2 * j], a[2 * j + 1])) + empty)
 }
 
-/// Blocks `b` into `out` (32 values each).
+/// Blocks `b` into `out` (32 values each), as [`Block8::eighths`] decodes them: the
+/// scratch path's rows.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn decode_q8(b: &[Q8], out: &mut [f32]) {
+pub(super) unsafe fn decode<B: Block8>(b: &[B], out: &mut [f32]) {
     assert!(out.len() >= 32 * b.len());
     for (blk, o) in b.iter().zip(out.chunks_exact_mut(32)) {
-        let d = _mm256_set1_ps(blk.d);
         prefetch_ahead(blk);
-        // SAFETY: `qs` holds 32 bytes; `o` holds 32 floats.
+        // SAFETY: AVX2 is enabled here; `o` holds 32 floats.
         unsafe {
-            let p = o.as_mut_ptr();
-            for k in 0..4 {
-                let q = _mm_loadl_epi64(blk.qs.as_ptr().add(8 * k) as *const __m128i);
-                let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-                _mm256_storeu_ps(p.add(8 * k), _mm256_mul_ps(f, d));
+            for (k, v) in blk.eighths().iter().enumerate() {
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * k), *v);
             }
         }
     }
