@@ -222,9 +222,9 @@ impl HostWeight {
         #[cfg(target_arch = "x86_64")]
         if m == 1
             && let (Stored::Blocks(b), Some(l1)) = (&self.w, &self.row_l1)
-            && let Some(picks) = b.argmax_two_stage(l1, out, inn, x, m)
+            && let Some(pick) = b.argmax_two_stage(l1, out, x)
         {
-            return picks;
+            return vec![pick];
         }
         let block = block_rows(out);
         // Per block: (value, index) of each activation row's maximum over the block.
