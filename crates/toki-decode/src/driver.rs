@@ -446,6 +446,7 @@ pub(crate) fn run(
             rule,
             &mut rng,
         )?;
+        let verified = step_start.elapsed();
         cache.compact(tokens.len(), &verdict.accepted);
         // 3. Emit the accepted tokens and the base's own token after them (the next root).
         let last = *verdict.accepted.last().unwrap_or(&0);
@@ -480,6 +481,7 @@ pub(crate) fn run(
             ms = seconds * 1e3,
             draft_ms = drafted.as_secs_f64() * 1e3,
             forward_ms = (forwarded - drafted).as_secs_f64() * 1e3,
+            verify_ms = (verified - forwarded).as_secs_f64() * 1e3,
             "decode step"
         );
         learnt.policy.observe(kind, seconds, emitted.len());

@@ -52,9 +52,10 @@ pub struct HostWeight {
     w: Stored,
     out: usize,
     inn: usize,
-    /// `‖w_r‖₁` per row, for the exact two-stage arg-max over Q8 blocks
-    /// (`blocks::argmax`); `None` where it does not apply.
-    row_l1: Option<Arc<[f32]>>,
+    /// Per-row sums for the exact two-stage arg-max over Q8 blocks (`blocks::argmax`);
+    /// `None` where it does not apply.
+    #[cfg(target_arch = "x86_64")]
+    row_stats: Option<Arc<blocks::argmax::RowStats>>,
 }
 
 /// The precision a host copy keeps its weights in; the arithmetic is f32 either way.
@@ -91,7 +92,8 @@ impl HostWeight {
             w: Stored::F32(w.into()),
             out,
             inn,
-            row_l1: None,
+            #[cfg(target_arch = "x86_64")]
+            row_stats: None,
         }
     }
 
@@ -115,7 +117,8 @@ impl HostWeight {
                 w,
                 out,
                 inn,
-                row_l1: None,
+                #[cfg(target_arch = "x86_64")]
+                row_stats: None,
             },
             None => Self::new(w, out, inn),
         }
@@ -140,17 +143,16 @@ impl HostWeight {
             Some(b) => {
                 // The exact two-stage arg-max pays on a wide matrix (a vocabulary).
                 #[cfg(target_arch = "x86_64")]
-                let row_l1 = (out >= 4096 && blocks::argmax::available())
-                    .then(|| blocks::argmax::row_l1(&b, inn))
+                let row_stats = (out >= 4096 && blocks::argmax::available())
+                    .then(|| blocks::argmax::row_stats(&b, inn))
                     .flatten()
-                    .map(Into::into);
-                #[cfg(not(target_arch = "x86_64"))]
-                let row_l1 = None;
+                    .map(Arc::new);
                 Self {
                     w: Stored::Blocks(b),
                     out,
                     inn,
-                    row_l1,
+                    #[cfg(target_arch = "x86_64")]
+                    row_stats,
                 }
             }
             None => Self::new(w, out, inn),
@@ -209,23 +211,31 @@ impl HostWeight {
     /// without the [m, out] buffer: each block of output rows is reduced while it is in
     /// cache. The values compared are
     /// [`HostWeight::matmul`]'s, bit for bit (same blocks, same kernels), so greedy
-    /// decoding picks the same token either way. For one row, a wide Q8 block matrix (a
-    /// converted model's lm_head) on a CPU with AVX-512 VNNI first bounds every value with
-    /// 8-bit integer products and computes exactly only the rows the bounds cannot rule
-    /// out (`blocks/argmax.rs`; the same pick; `TOKI_NO_TWO_STAGE=1` turns it off).
+    /// decoding picks the same token either way. A wide Q8 block matrix (a converted
+    /// model's lm_head) on a CPU with AVX-512 VNNI first bounds every value with 8-bit
+    /// integer products and computes exactly only the rows the bounds cannot rule out
+    /// (`blocks/argmax.rs`; the same picks; `TOKI_NO_TWO_STAGE=1` turns it off).
     pub fn matmul_argmax(&self, x: &[f32], m: usize) -> Vec<u32> {
-        let (out, inn) = (self.out, self.inn);
+        let inn = self.inn;
         assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
-        // One row only: there the exact product is bound by decoding the blocks, which
-        // the estimate skips; for 2+ rows the exact kernel shares each block's decoding
-        // and was as fast (benches/results/2026-12-05-cpu-two-stage-argmax-ab).
         #[cfg(target_arch = "x86_64")]
-        if m == 1
-            && let (Stored::Blocks(b), Some(l1)) = (&self.w, &self.row_l1)
-            && let Some(pick) = b.argmax_two_stage(l1, out, x)
-        {
-            return vec![pick];
+        if let (Stored::Blocks(b), Some(stats)) = (&self.w, &self.row_stats) {
+            return b
+                .argmax_two_stage(stats, self.out, x, m)
+                .into_iter()
+                .enumerate()
+                .map(|(j, pick)| {
+                    // Where the two stages do not apply: this row's full product.
+                    pick.unwrap_or_else(|| self.argmax_full(&x[j * inn..(j + 1) * inn], 1)[0])
+                })
+                .collect();
         }
+        self.argmax_full(x, m)
+    }
+
+    /// [`HostWeight::matmul_argmax`] over the full product.
+    fn argmax_full(&self, x: &[f32], m: usize) -> Vec<u32> {
+        let (out, inn) = (self.out, self.inn);
         let block = block_rows(out);
         // Per block: (value, index) of each activation row's maximum over the block.
         let bests: Vec<Vec<(f32, u32)>> = (0..out.div_ceil(block))

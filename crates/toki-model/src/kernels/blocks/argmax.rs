@@ -1,29 +1,38 @@
 //! The arg-max of `x Wᵀ` over Q8 blocks (the lm_head of a converted model) in two stages,
-//! exactly: the greedy token is the one the full product gives, bit for bit.
+//! exactly: each activation row's greedy token is the one the full product gives, bit for
+//! bit.
 //!
-//! 1. Every row's value is estimated with `x` rounded to 8-bit integers (one scale) and
-//!    integer dot products with the blocks' 8-bit values (AVX-512 VNNI, exact in 32-bit
-//!    integers): `A_r = s · Σ_b d_b · Σ_i q_i · round(x_i / s)`. A bound `B_r` covers
-//!    every difference between `A_r` and the value `e_r` the f32 kernels compute:
-//!    `|s·round(x_i/s) − x_i| ≤ s/2`, so rounding x moves the real value by at most
-//!    `s/2 · ‖w_r‖₁`; the f32 sums of both (at most 576 + 18 terms here) round by less
-//!    than `1e-4 · ‖w_r‖₁ · max|x|`. `B_r = 1.01 · ‖w_r‖₁ · (0.51·s + 1e-4·max|x|)`.
+//! 1. Every weight row's value is estimated with `x` rounded to 8-bit integers (one scale
+//!    per activation row) and integer dot products with the blocks' 8-bit values
+//!    (AVX-512 VNNI, exact in 32-bit integers): `A_r = s · Σ_b d_b · Σ_i q_i · round(x_i / s)`.
+//!    A bound `B_r` covers every difference between `A_r` and the value `e_r` the f32
+//!    kernels compute: `|s·round(x_i/s) − x_i| ≤ s/2`, so rounding x moves the real value
+//!    by at most `s/2 · ‖w_r‖₁`; the f32 sums of both round by less than
+//!    `1e-4 · ‖w_r‖₁ · max|x|` (the exact kernel sums `in/16` terms a lane, then 16 lanes;
+//!    stage 1 `in/64` a lane, then the offset: together under 3e-5 relative for
+//!    `in ≤ MAX_IN`). `B_r = 1.01 · ‖w_r‖₁ · (0.51·s + 1e-4·max|x|)`.
 //! 2. With `L = max_r (A_r − B_r)`, a lower bound of the maximum, every row with
 //!    `A_r + B_r < L` has `e_r < L ≤ max e`: it is neither the arg-max nor tied with it.
-//!    The rest (the candidates) get their exact values from the same kernels as the full
-//!    product (a row's value does not depend on the rows around it), and the first of the
-//!    largest wins, as in the full product.
+//!    The rest (the candidates, usually 1-20) get their exact values from the same kernels
+//!    as the full product (a row's value does not depend on the rows around it), and the
+//!    first of the largest wins, as in the full product.
 //!
-//! Stage 1 reads the same bytes as the exact product without decoding the blocks to f32,
-//! which is what the exact product of one activation row is bound by. With 2+ rows the
-//! exact kernel shares each block's decoding among them and stage 1 did not pay (A/B in
-//! `benches/results/2026-12-05-cpu-two-stage-argmax-ab/`, of a version for any row count),
-//! so this serves one activation row (`HostWeight::matmul_argmax`). Where `x` is not finite or is all zeros, or too
-//! many rows are candidates, the caller takes the full product.
+//! Stage 1 reads the same bytes as the exact product but does not decode the blocks to f32:
+//! per 64 weights and activation row it takes one VNNI dot product of two blocks, one
+//! conversion and one multiply-add, where the exact kernel takes four multiply-adds after
+//! decoding (`benches/results/2026-12-05-cpu-two-stage-argmax-ab/` has the A/Bs, the
+//! first of which, with a slower stage 1, served one row only). Where `x` is not finite or
+//! is all zeros, or too many rows are candidates, the caller takes the full product for
+//! that activation row.
 
 use super::{Blocks, Q8};
 use rayon::prelude::*;
 use std::arch::x86_64::*;
+
+/// The widest activation row the bound above covers.
+const MAX_IN: usize = 4096;
+/// Activation rows estimated together in one pass over the weights.
+const GROUP: usize = 8;
 
 /// Whether the CPU can run stage 1 (AVX-512F/VL/BW and VNNI, AVX2, FMA).
 pub(in crate::kernels) fn available() -> bool {
@@ -39,23 +48,39 @@ pub(in crate::kernels) fn available() -> bool {
     })
 }
 
-/// `‖w_r‖₁` of each row of Q8 blocks, rounded up (an upper bound in f32); `None` where a
-/// scale is not finite.
-pub(in crate::kernels) fn row_l1(blocks: &Blocks, inn: usize) -> Option<Vec<f32>> {
+/// What stage 1 needs of each weight row, computed once when the weights load.
+pub(in crate::kernels) struct RowStats {
+    /// `‖w_r‖₁`, rounded up (an upper bound in f32).
+    l1: Vec<f32>,
+    /// `128 · Σ_b d_b · Σ_i q_i`: what the activations' offset adds to a row's sum.
+    offset: Vec<f32>,
+}
+
+/// [`RowStats`] of each row of Q8 blocks; `None` where a scale is not finite or the rows
+/// are wider than the bound covers.
+pub(in crate::kernels) fn row_stats(blocks: &Blocks, inn: usize) -> Option<RowStats> {
     let Blocks::Q8(b) = blocks else { return None };
-    b.par_chunks(inn / 32)
+    if inn > MAX_IN {
+        return None;
+    }
+    let rows: Vec<(f32, f32)> = b
+        .par_chunks(inn / 32)
         .map(|row| {
-            let mut s = 0.0f64;
+            let (mut l1, mut sum) = (0.0f64, 0.0f64);
             for blk in row {
                 if !blk.d.is_finite() {
                     return None;
                 }
-                let q: i64 = blk.qs.iter().map(|&q| i64::from(q).abs()).sum();
-                s += f64::from(blk.d).abs() * q as f64;
+                let abs: i64 = blk.qs.iter().map(|&q| i64::from(q).abs()).sum();
+                let q: i64 = blk.qs.iter().map(|&q| i64::from(q)).sum();
+                l1 += f64::from(blk.d).abs() * abs as f64;
+                sum += f64::from(blk.d) * q as f64;
             }
-            Some((s as f32).next_up())
+            Some(((l1 as f32).next_up(), (128.0 * sum) as f32))
         })
-        .collect()
+        .collect::<Option<_>>()?;
+    let (l1, offset) = rows.into_iter().unzip();
+    Some(RowStats { l1, offset })
 }
 
 /// A row of activations as 8-bit integers `q_i = round(x_i / s)`, `s = max|x| / 127`,
@@ -79,79 +104,187 @@ fn quantize(x: &[f32]) -> Option<Quantized> {
     Some(Quantized { q, scale, max })
 }
 
-/// For each row r of `rows`: `Σ_b d_b · Σ_k q_k · xq_k` into `out[r - rows.start]`.
+/// For each weight row r of `rows` and activation row j < M:
+/// `Σ_b d_b · Σ_k q_k · (xq_jk + 128)` into `out[(r - rows.start)·M + j]` (the offset is
+/// taken off by the caller). Two blocks (64 weights) per VNNI instruction: lanes 0-7 hold
+/// the first block's partial sums, 8-15 the second's, each scaled by its block's `d`.
 ///
 /// # Safety
 /// The CPU must pass [`available`].
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma")]
-unsafe fn estimate(
+unsafe fn estimate<const M: usize>(
     b: &[Q8],
     per_row: usize,
     rows: std::ops::Range<usize>,
-    xq: &[u8],
+    xq: [&[u8]; M],
     out: &mut [f32],
 ) {
-    assert_eq!(xq.len(), 32 * per_row);
-    let ones = _mm256_set1_epi8(1);
-    for (e, r) in out.iter_mut().zip(rows) {
-        let mut acc = _mm256_setzero_ps();
-        for (j, blk) in b[r * per_row..(r + 1) * per_row].iter().enumerate() {
-            // SAFETY: `qs` holds 32 bytes, xq 32 from 32·j (asserted above).
+    assert!(xq.iter().all(|x| x.len() == 32 * per_row));
+    assert_eq!(out.len(), rows.len() * M);
+    let pairs = per_row / 2;
+    for (k, r) in rows.enumerate() {
+        let row = &b[r * per_row..(r + 1) * per_row];
+        let mut acc = [_mm512_setzero_ps(); M];
+        for p in 0..pairs {
+            let (b0, b1) = (&row[2 * p], &row[2 * p + 1]);
+            // SAFETY: `qs` holds 32 bytes; every xq row 64 from 64·p (asserted above).
             unsafe {
-                let w = _mm256_loadu_si256(blk.qs.as_ptr() as *const __m256i);
-                let v = _mm256_loadu_si256(xq.as_ptr().add(32 * j) as *const __m256i);
-                // x is stored as xq + 128: Σ (xq + 128)·w − 128·Σ w = Σ xq·w, exactly.
-                let sum_w = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, w);
-                let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, w);
-                let dot = _mm256_sub_epi32(dot, _mm256_slli_epi32::<7>(sum_w));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(blk.d), acc);
+                let w = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(b0.qs.as_ptr() as *const __m256i)),
+                    _mm256_loadu_si256(b1.qs.as_ptr() as *const __m256i),
+                );
+                let d = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(b0.d), _mm512_set1_ps(b1.d));
+                for j in 0..M {
+                    let v = _mm512_loadu_si512(xq[j].as_ptr().add(64 * p) as *const __m512i);
+                    let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, w);
+                    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, acc[j]);
+                }
             }
         }
-        *e = super::super::avx2::hsum(acc);
+        if per_row % 2 == 1 {
+            let last = &row[per_row - 1];
+            // SAFETY: as above; the upper halves are zeros.
+            unsafe {
+                let w =
+                    _mm512_zextsi256_si512(_mm256_loadu_si256(last.qs.as_ptr() as *const __m256i));
+                let d = _mm512_set1_ps(last.d);
+                for j in 0..M {
+                    let v = _mm512_zextsi256_si512(_mm256_loadu_si256(
+                        xq[j].as_ptr().add(64 * pairs) as *const __m256i,
+                    ));
+                    let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, w);
+                    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, acc[j]);
+                }
+            }
+        }
+        for j in 0..M {
+            out[k * M + j] = _mm512_reduce_add_ps(acc[j]);
+        }
+    }
+}
+
+/// [`estimate`] for a group of 1 to [`GROUP`] activation rows.
+///
+/// # Safety
+/// The CPU must pass [`available`].
+unsafe fn estimate_group(
+    b: &[Q8],
+    per_row: usize,
+    rows: std::ops::Range<usize>,
+    xq: &[&[u8]],
+    out: &mut [f32],
+) {
+    macro_rules! m {
+        ($m:literal) => {{
+            let x: [&[u8]; $m] = std::array::from_fn(|j| xq[j]);
+            // SAFETY: the caller checked `available`.
+            unsafe { estimate::<$m>(b, per_row, rows, x, out) }
+        }};
+    }
+    match xq.len() {
+        1 => m!(1),
+        2 => m!(2),
+        3 => m!(3),
+        4 => m!(4),
+        5 => m!(5),
+        6 => m!(6),
+        7 => m!(7),
+        _ => m!(8),
     }
 }
 
 impl Blocks {
-    /// The arg-max of `x Wᵀ` [out] for one row `x` [inn], exactly as the full product's
-    /// (module doc), or `None` where the two stages do not apply: not Q8 blocks, `x` not
-    /// finite or all zeros, or more than an eighth of the rows left as candidates (a
-    /// vocabulary-wide tie or a loose bound). `l1`: [`row_l1`] of these blocks. The CPU
-    /// must pass [`available`].
+    /// For each activation row of `x` [m, inn]: the arg-max of its row of `x Wᵀ` [out],
+    /// exactly as the full product's (module doc), or `None` where the two stages do not
+    /// apply to it: not Q8 blocks, the row not finite or all zeros, or more than an eighth
+    /// of the weight rows left as candidates (a vocabulary-wide tie or a loose bound).
+    /// `stats`: [`row_stats`] of these blocks. The CPU must pass [`available`].
     pub(in crate::kernels) fn argmax_two_stage(
         &self,
-        l1: &[f32],
+        stats: &RowStats,
         out: usize,
         x: &[f32],
-    ) -> Option<u32> {
-        let Self::Q8(b) = self else { return None };
-        let q = quantize(x)?;
-        let inn = x.len();
-        let per_row = inn / 32;
-        // Stage 1: estimates of every row, in parallel blocks of rows.
-        let block = 256;
-        let mut est = vec![0.0f32; out];
-        est.par_chunks_mut(block)
+        m: usize,
+    ) -> Vec<Option<u32>> {
+        let inn = x.len() / m.max(1);
+        let Self::Q8(b) = self else {
+            return vec![None; m];
+        };
+        let quantized: Vec<Option<Quantized>> = x.chunks(inn).map(quantize).collect();
+        let live: Vec<(usize, &Quantized)> = quantized
+            .iter()
             .enumerate()
-            .for_each(|(c, chunk)| {
-                let rows = c * block..c * block + chunk.len();
-                // SAFETY: the caller checked `available`.
-                unsafe { estimate(b, per_row, rows, &q.q, chunk) };
-            });
-        let slack = |r: usize| 1.01 * l1[r] * (0.51 * q.scale + 1e-4 * q.max);
-        let value = |r: usize| q.scale * est[r];
-        let low = (0..out)
-            .map(|r| value(r) - slack(r))
-            .fold(f32::NEG_INFINITY, f32::max);
-        let candidates: Vec<usize> = (0..out).filter(|&r| value(r) + slack(r) >= low).collect();
+            .filter_map(|(j, q)| Some((j, q.as_ref()?)))
+            .collect();
+        let mut picks = vec![None; m];
+        for group in live.chunks(GROUP) {
+            let g = group.len();
+            let xq: Vec<&[u8]> = group.iter().map(|(_, q)| q.q.as_slice()).collect();
+            // Per activation row: its value scale and the bound per unit of ‖w_r‖₁.
+            let scale: Vec<f32> = group.iter().map(|(_, q)| q.scale).collect();
+            let slack: Vec<f32> = group
+                .iter()
+                .map(|(_, q)| 1.01 * (0.51 * q.scale + 1e-4 * q.max))
+                .collect();
+            // Stage 1, in parallel blocks of weight rows: each estimate's upper bound
+            // `A_r + B_r` [out, g], and the largest lower bound `A_r − B_r` per row of x.
+            let block = 256;
+            let mut high = vec![0.0f32; out * g];
+            let low = high
+                .par_chunks_mut(block * g)
+                .enumerate()
+                .map(|(c, chunk)| {
+                    let rows = c * block..c * block + chunk.len() / g;
+                    // SAFETY: the caller checked `available`.
+                    unsafe { estimate_group(b, inn / 32, rows.clone(), &xq, chunk) };
+                    let mut low = vec![f32::NEG_INFINITY; g];
+                    for (r, est) in rows.zip(chunk.chunks_exact_mut(g)) {
+                        for (i, e) in est.iter_mut().enumerate() {
+                            let value = scale[i] * (*e - stats.offset[r]);
+                            let bound = stats.l1[r] * slack[i];
+                            low[i] = low[i].max(value - bound);
+                            *e = value + bound;
+                        }
+                    }
+                    low
+                })
+                .reduce(
+                    || vec![f32::NEG_INFINITY; g],
+                    |a, b| a.iter().zip(&b).map(|(x, y)| x.max(*y)).collect(),
+                );
+            // Stage 2: the exact values of the rows that can reach the lower bound.
+            for (i, &(j, _)) in group.iter().enumerate() {
+                let candidates = high
+                    .iter()
+                    .skip(i)
+                    .step_by(g)
+                    .enumerate()
+                    .filter(|&(_, &h)| h >= low[i])
+                    .map(|(r, _)| r);
+                picks[j] = self.first_largest(&x[j * inn..(j + 1) * inn], out, candidates);
+            }
+        }
+        picks
+    }
+
+    /// Stage 2 for one activation row `x`: the first of the largest exact values among
+    /// `candidates` (ascending), or `None` where they are more than an eighth of the `out`
+    /// rows, or a value is not finite.
+    fn first_largest(
+        &self,
+        x: &[f32],
+        out: usize,
+        candidates: impl Iterator<Item = usize>,
+    ) -> Option<u32> {
+        let candidates: Vec<usize> = candidates.take(out / 8 + 1).collect();
         tracing::trace!(candidates = candidates.len(), "two-stage arg-max");
         if candidates.len() > out / 8 {
             return None;
         }
-        // Stage 2: the candidates' exact values, the first of the largest.
         let mut exact = [0.0f32; 1];
         let mut best: Option<(f32, u32)> = None;
         for &r in &candidates {
-            self.rows_times_x(inn, r..r + 1, x, 1, &mut exact);
+            self.rows_times_x(x.len(), r..r + 1, x, 1, &mut exact);
             if !exact[0].is_finite() {
                 return None;
             }
@@ -219,11 +352,11 @@ mod tests {
         }
         let row5 = w[5 * inn..6 * inn].to_vec();
         let blocks = HostWeight::compact(w.clone(), out, inn);
-        let (Stored::Blocks(b), Some(l1)) = (&blocks.w, &blocks.row_l1) else {
+        let (Stored::Blocks(b), Some(stats)) = (&blocks.w, &blocks.row_stats) else {
             panic!("the lm_head-sized Q8 weight takes the two stages");
         };
         let plain = HostWeight::new(w, out, inn);
-        let mut taken = 0;
+        let (mut taken, mut taken_together) = (0, 0);
         for m in [1, 2, 5, 9] {
             for seed in 0..4u64 {
                 let mut x = lcg(m * inn, 100 + seed * 10 + m as u64);
@@ -242,22 +375,56 @@ mod tests {
                     2 => assert!(want.iter().all(|&r| r == 5), "{want:?}"),
                     _ => {}
                 }
+                // Each row alone, and all of them together (stage 1 in groups of 8).
                 for (i, xi) in x.chunks(inn).enumerate() {
-                    if let Some(got) = b.argmax_two_stage(l1, out, xi) {
+                    if let Some(got) = b.argmax_two_stage(stats, out, xi, 1)[0] {
                         assert_eq!(got, want[i], "m={m} seed={seed} row {i}");
                         taken += 1;
+                    }
+                }
+                let together = b.argmax_two_stage(stats, out, &x, m);
+                for (i, got) in together.into_iter().enumerate() {
+                    if let Some(got) = got {
+                        assert_eq!(got, want[i], "m={m} seed={seed} row {i} of {m}");
+                        taken_together += 1;
                     }
                 }
                 assert_eq!(blocks.matmul_argmax(&x, m), want, "m={m} seed={seed}");
             }
         }
         assert!(taken >= 51, "the two stages ran for {taken} of 68 rows");
-        // Not finite, or all zeros: the full product.
+        assert_eq!(taken_together, taken, "rows alone and together");
+        // Not finite, or all zeros: the full product, for that row only.
         let zeros = vec![0.0; inn];
-        assert!(b.argmax_two_stage(l1, out, &zeros).is_none());
-        let mut nan = lcg(inn, 7);
-        nan[5] = f32::NAN;
-        assert!(b.argmax_two_stage(l1, out, &nan).is_none());
-        assert_eq!(blocks.matmul_argmax(&nan, 1), plain.matmul_argmax(&nan, 1));
+        assert!(b.argmax_two_stage(stats, out, &zeros, 1)[0].is_none());
+        let mut nan = lcg(3 * inn, 7);
+        nan[inn + 5] = f32::NAN;
+        let picks = b.argmax_two_stage(stats, out, &nan, 3);
+        assert!(picks[0].is_some() && picks[1].is_none() && picks[2].is_some());
+        assert_eq!(blocks.matmul_argmax(&nan, 3), plain.matmul_argmax(&nan, 3));
+    }
+
+    /// Rows of an odd number of blocks (stage 1's last block alone), groups of 1-8
+    /// activation rows and more than one group.
+    #[test]
+    fn two_stage_argmax_takes_odd_blocks_and_many_rows() {
+        if !super::available() {
+            return;
+        }
+        let (out, inn) = (4096, 17 * 32);
+        let w = q8_weights(out, inn, 11);
+        let blocks = HostWeight::compact(w.clone(), out, inn);
+        let (Stored::Blocks(b), Some(stats)) = (&blocks.w, &blocks.row_stats) else {
+            panic!("the two stages apply");
+        };
+        let plain = HostWeight::new(w, out, inn);
+        for m in [1, 3, 8, 11] {
+            let x = lcg(m * inn, 40 + m as u64);
+            let want = first_max(&plain.matmul(&x, m), out);
+            let got = b.argmax_two_stage(stats, out, &x, m);
+            assert!(got.iter().all(Option::is_some), "m={m}: {got:?}");
+            let got: Vec<u32> = got.into_iter().flatten().collect();
+            assert_eq!(got, want, "m={m}");
+        }
     }
 }
