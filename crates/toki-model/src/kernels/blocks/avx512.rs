@@ -1,4 +1,5 @@
-//! Blocks times 2-8 activation rows on AVX-512 (a verification step): each block of a
+//! Blocks times 1-8 activation rows on AVX-512 (a verification step; one row for Q4
+//! blocks, whose decoding is a table lookup here): each block of a
 //! weight row is decoded once into two 16-value vectors (the decoders' arithmetic: a
 //! product, then a sum, each rounded) and multiplied into every activation row's sums,
 //! with no scratch to write and read back. The sums run in the order of the f32 AVX-512
@@ -19,20 +20,24 @@ pub(super) trait Block {
 }
 
 impl Block for Q4 {
+    /// The block's 16 values `d·q + m` (q = 0..15, the decoder's arithmetic) in one
+    /// register, then each weight's looked up by its nibble: byte i of `qs` holds weights
+    /// i (low nibble) and i + 16 (high), and the lookup reads an index's low 4 bits only.
     #[inline(always)]
     unsafe fn halves(&self) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F (and so SSE2); `qs` holds 16 bytes.
         unsafe {
-            let mask = _mm_set1_epi8(0x0f);
-            let qs = _mm_loadu_si128(self.qs.as_ptr() as *const __m128i);
+            let q = _mm_loadu_si128(self.qs.as_ptr() as *const __m128i);
+            let iota = _mm512_setr_ps(
+                0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0,
+                15.0,
+            );
             let (d, m) = (_mm512_set1_ps(self.d), _mm512_set1_ps(self.m));
-            let w = |q: __m128i| {
-                let f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
-                _mm512_add_ps(_mm512_mul_ps(f, d), m)
-            };
+            let table = _mm512_add_ps(_mm512_mul_ps(iota, d), m);
+            let bytes = _mm512_cvtepu8_epi32(q);
             [
-                w(_mm_and_si128(qs, mask)),
-                w(_mm_and_si128(_mm_srli_epi16::<4>(qs), mask)),
+                _mm512_permutexvar_ps(bytes, table),
+                _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), table),
             ]
         }
     }
