@@ -159,9 +159,8 @@ impl Blocks {
     }
 
     /// `yt[(o - rows.start) * m + i] = W[o] · x[i]`: blocks decoded in registers where the
-    /// CPU allows (AVX-512: 2+ rows, and one row of Q4 blocks; AVX2 and FMA: one row),
-    /// else four rows at a time
-    /// decoded into a scratch for the f32 kernels. The same sums either way.
+    /// CPU allows (AVX-512: any row count; else AVX2 and FMA: one row), else four rows at
+    /// a time decoded into a scratch for the f32 kernels. The same sums either way.
     pub(super) fn rows_times_x(
         &self,
         inn: usize,
@@ -170,11 +169,11 @@ impl Blocks {
         m: usize,
         yt: &mut [f32],
     ) {
-        // AVX-512 for 2+ rows, and for one row of Q4 blocks, which it decodes with a
-        // table lookup (`avx512.rs`); the two kernels sum a row in the same order.
+        // AVX-512 for any row count where the CPU has it (it decodes Q4 blocks with a
+        // table lookup, `avx512.rs`); the AVX2 kernel sums a row in the same order.
         #[cfg(target_arch = "x86_64")]
-        if (m > 1 || matches!(self, Self::Q4(_))) && super::has_avx512() {
-            self.many_rows(inn, rows, x, m, yt);
+        if super::has_avx512() {
+            self.avx512_rows(inn, rows, x, m, yt);
             return;
         }
         #[cfg(target_arch = "x86_64")]
@@ -182,7 +181,7 @@ impl Blocks {
             && std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
         {
-            self.one_row(inn, rows, x, yt);
+            self.one_row_avx2(inn, rows, x, yt);
             return;
         }
         thread_local! {
@@ -228,12 +227,12 @@ impl Blocks {
 
 #[cfg(target_arch = "x86_64")]
 impl Blocks {
-    /// One activation row (a plain decoding step; on AVX-512, of Q8 blocks only): four
+    /// One activation row (a plain decoding step) on a CPU with AVX2 but not AVX-512: four
     /// weight rows at a time, each block
     /// decoded in registers and multiplied in at once ([`x86::dot4x1`]), with no scratch to
     /// write and read back. The same values and the same sums as the scratch path, bit for
     /// bit (tested). Needs AVX2 and FMA.
-    fn one_row(&self, inn: usize, rows: std::ops::Range<usize>, x: &[f32], yt: &mut [f32]) {
+    fn one_row_avx2(&self, inn: usize, rows: std::ops::Range<usize>, x: &[f32], yt: &mut [f32]) {
         let per_row = inn / 32;
         let mut o = rows.start;
         while o < rows.end {
@@ -250,13 +249,11 @@ impl Blocks {
         }
     }
 
-    /// 2+ activation rows (a verification step, a prefill), or one of Q4 blocks, on
-    /// AVX-512: blocks of four
-    /// weight rows, each block decoded once in registers for a group of up to eight
-    /// activation rows ([`avx512::dot`]: the four weight rows at once for 2-4 activation
+    /// Any number of activation rows on AVX-512: blocks of four weight rows, each block
+    /// decoded once in registers for a group of up to eight activation rows ([`avx512::dot`]: the four weight rows at once for 2-4 activation
     /// rows, two at a time for 5-8). The scratch path's sums, bit for bit (tested).
     /// Needs AVX-512F/VL, AVX2 and FMA.
-    fn many_rows(
+    fn avx512_rows(
         &self,
         inn: usize,
         rows: std::ops::Range<usize>,

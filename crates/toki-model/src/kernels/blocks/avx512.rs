@@ -1,5 +1,5 @@
-//! Blocks times 1-8 activation rows on AVX-512 (a verification step; one row for Q4
-//! blocks, whose decoding is a table lookup here): each block of a
+//! Blocks times 1-8 activation rows on AVX-512 (a decoding or verification step; Q4
+//! blocks are decoded by a table lookup): each block of a
 //! weight row is decoded once into two 16-value vectors (the decoders' arithmetic: a
 //! product, then a sum, each rounded) and multiplied into every activation row's sums,
 //! with no scratch to write and read back. The sums run in the order of the f32 AVX-512
