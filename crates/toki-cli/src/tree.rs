@@ -100,7 +100,7 @@ impl TreeArgs {
                     bail!("--tree auto --tree-mode static needs calibration prompts");
                 }
                 return Ok(Chosen::Dynamic(
-                    calibrate::costs(engine, heads)?.dynamic(vec![])?,
+                    calibrate::costs_on_sample(engine, heads)?.dynamic(vec![])?,
                 ));
             }
             let c = calibrate::auto_tree(engine, heads, calib, max_new)?;

@@ -2,7 +2,10 @@
 //!
 //! 1. Cost: time one verification pass of n tree nodes (n = 1..64, over a 128-token cache,
 //!    and again over 512- and 2,048-token caches; forward, logits and the host read-back),
-//!    and one pass of the heads, on the backend.
+//!    and one pass of the heads, on the backend. The passes read real text (the prompts,
+//!    cycled): on arbitrary token ids the logits come out flat, which decoding's are not,
+//!    and the lm_head's exact two-stage pick (`kernels/blocks/argmax.rs`) then falls back
+//!    to the full product on every row, so such passes cost more than decoding's steps.
 //! 2. Acceptance: on calibration prompts, the base's own greedy continuations are known;
 //!    for head k and rank r, a(k, r) = how often head k's rank-r token is the token k+2
 //!    ahead.
@@ -162,7 +165,12 @@ pub fn auto_tree(
     if prompts.is_empty() {
         bail!("calibration needs at least one prompt");
     }
-    let measured = costs(engine, heads)?;
+    let text = prompts
+        .iter()
+        .map(|p| engine.encode_prompt(p))
+        .collect::<std::result::Result<Vec<_>, _>>()?
+        .concat();
+    let measured = costs(engine, heads, &text)?;
     let (acceptance, bins) = head_acceptance(engine, heads, prompts, max_new)?;
     let dynamic = measured.dynamic(bins.iter().map(|b| smoothed_accuracy(b)).collect())?;
     let Measured {
@@ -295,8 +303,24 @@ impl Measured {
     }
 }
 
+/// Text for the cost passes where there are no calibration prompts (see the module docs).
+const SAMPLE_TEXT: &str = "The river runs through the old town, past the market and the \
+    library, and under three stone bridges. In spring the water rises and the fishermen \
+    wait for the boats to come back in the evening. def count_words(text):\n    \
+    return len(text.split())\n\nprint(count_words(\"one two three\"))";
+
+/// [`costs`] without calibration prompts: over a short built-in text (arbitrary ids where
+/// the engine has no tokenizer).
+pub fn costs_on_sample(engine: &Engine, heads: &HeadProposer) -> Result<Measured> {
+    let text = engine
+        .encode_prompt(&Prompt::Text(SAMPLE_TEXT.into()))
+        .unwrap_or_default();
+    costs(engine, heads, &text)
+}
+
 /// Verification cost of 1..=64 nodes over caches of `CONTEXTS` tokens, and one heads pass.
-pub fn costs(engine: &Engine, heads: &HeadProposer) -> Result<Measured> {
+/// The passes read `text` cycled (arbitrary ids where it is empty).
+pub fn costs(engine: &Engine, heads: &HeadProposer, text: &[u32]) -> Result<Measured> {
     let model = engine.model();
     let device = model.device();
     let contexts: Vec<usize> = CONTEXTS
@@ -306,8 +330,12 @@ pub fn costs(engine: &Engine, heads: &HeadProposer) -> Result<Measured> {
     let longest = contexts.last().copied().unwrap_or(CONTEXTS[0]);
     let rope = RopeTables::new(model.config(), longest + MAX_NODES, &device);
     let vocab = model.config().vocab_size;
+    let token = |i: usize| match text.len() {
+        0 => ((i * 37 + 11) % vocab) as i64,
+        len => i64::from(text[i % len]),
+    };
     let ids = |n: usize, start: usize| {
-        let v: Vec<i64> = (0..n).map(|i| ((i * 37 + 11) % vocab) as i64).collect();
+        let v: Vec<i64> = (start..start + n).map(token).collect();
         let p: Vec<i64> = (start..start + n).map(|x| x as i64).collect();
         (
             Tensor::<1, Int>::from_data(TensorData::new(v, [n]), &device),
