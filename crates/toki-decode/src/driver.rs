@@ -214,10 +214,10 @@ fn draft<'e>(
     // Every node attends to the whole cache: prompt and tokens so far.
     let costs = d.costs_at(input.history.len());
     let found = s.lookup.and_then(|l| l.find(input.history));
-    // When head 0's proposals already make the root alone the best tree, the deeper
-    // heads are not run (their nodes could not pay: `DynamicTree::root_alone`).
+    // Once the heads that ran decide the tree (no deeper node could pay:
+    // `DynamicTree::settled`), the deeper heads are not run.
     let mut ranked = heads.rank_until(input, &vec![d.max_rank; heads.num_heads()], &mut |r| {
-        r.len() == 1 && d.root_alone(&r[0], feedback, &costs)
+        d.settled(r, feedback, &costs, heads.conditioning())
     })?;
     let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
     let mut paths = choice.paths.clone();

@@ -198,16 +198,7 @@ impl DynamicTree {
         costs: &Costs,
         conditioning: Conditioning,
     ) -> Choice {
-        let acc: Vec<Vec<f64>> = ranked
-            .iter()
-            .enumerate()
-            .map(|(h, r)| {
-                let f = fb.factor(h);
-                r.iter()
-                    .map(|&(_, p)| (f * self.estimate(h, p)).min(1.0))
-                    .collect()
-            })
-            .collect();
+        let acc = self.accuracies(ranked, fb);
         let (paths, expected) = greedy_tree(&acc, self.max_nodes(), conditioning);
         let best = (0..self.max_nodes())
             .max_by(|&a, &b| {
@@ -227,20 +218,48 @@ impl DynamicTree {
         Choice { paths, reach }
     }
 
-    /// Whether head 0's proposals `first` already decide this step's tree as the root
-    /// alone, whatever the deeper heads would say (which then need not run). Every node's
-    /// estimate is a product of estimates in [0, 1] along its path, so at most u, the best
-    /// of head 0's; a tree of n nodes expects at most 1 + (n − 1)·u tokens. When
-    /// (n − 1)·u ≤ λ·(c(n) − c(1)) for every n, no tree gains more than the root alone
-    /// ([`DynamicTree::choose_for`] breaks ties towards the smaller tree).
-    pub fn root_alone(&self, first: &Ranked, fb: &Feedback, costs: &Costs) -> bool {
-        let f = fb.factor(0);
-        let u = first
+    /// Each proposal's chance of being accepted given its parent: the calibrated estimate
+    /// of the head's probability, corrected by the request's feedback, at most 1.
+    fn accuracies(&self, ranked: &[Ranked], fb: &Feedback) -> Vec<Vec<f64>> {
+        ranked
             .iter()
-            .map(|&(_, p)| (f * self.estimate(0, p)).min(1.0))
-            .fold(0.0, f64::max);
+            .enumerate()
+            .map(|(h, r)| {
+                let f = fb.factor(h);
+                r.iter()
+                    .map(|&(_, p)| (f * self.estimate(h, p)).min(1.0))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Whether the heads that ran (`ranked`: heads 0..=h, best first) already decide this
+    /// step's tree, whatever the deeper heads would say (which then need not run; after
+    /// head 0 this is often the root alone, a plain step). A node below head h's has an estimate
+    /// of at most u, the best path's through heads 0..=h (estimates are products of values
+    /// in [0, 1], each head's best first). A tree with s nodes from these heads and j ≥ 1
+    /// deeper ones expects at most E(s) + j·u tokens, E(s) being the best s-node tree of
+    /// these heads ([`greedy_tree`]'s). When that, less its cost, stays below the gain of
+    /// the tree these heads choose for every s and j, no deeper node can pay.
+    pub fn settled(
+        &self,
+        ranked: &[Ranked],
+        fb: &Feedback,
+        costs: &Costs,
+        conditioning: Conditioning,
+    ) -> bool {
         let n = self.max_nodes().min(costs.cost.len());
-        (1..n).all(|i| i as f64 * u <= fb.lambda * (costs.cost[i] - costs.cost[0]))
+        let acc = self.accuracies(ranked, fb);
+        let u: f64 = acc
+            .iter()
+            .map(|a| a.first().copied().unwrap_or(0.0))
+            .product();
+        let (_, expected) = greedy_tree(&acc, n, conditioning);
+        let gain = |nodes: usize, tokens: f64| tokens - fb.lambda * costs.cost[nodes - 1];
+        let best = (1..=n)
+            .map(|k| gain(k, expected[k - 1]))
+            .fold(f64::NEG_INFINITY, f64::max);
+        (1..n).all(|s| (1..=n - s).all(|j| gain(s + j, expected[s - 1] + j as f64 * u) < best))
     }
 }
 
@@ -450,18 +469,19 @@ mod tests {
     }
 
     #[test]
-    fn root_alone_after_head_0_means_the_whole_choice_is_the_root_alone() {
-        // Random heads, costs (not always convex, not always rising), λ and feedback: when
-        // head 0 alone says "root alone", the choice over every head agrees; and the rule
-        // does fire, on guessing heads, and not on sure ones.
-        let mut seed = 7u64;
+    fn settled_heads_choose_what_all_heads_would() {
+        // Random heads (best first), costs (not always convex, not always rising), λ and
+        // feedback: when heads 0..=h are settled, the choice over every head is theirs; it
+        // fires, and not always, also after heads 1 and 2 with a tree that is not the root
+        // alone.
+        let mut seed = 11u64;
         let mut rnd = || {
             seed = seed
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             (seed >> 11) as f64 / (1u64 << 53) as f64
         };
-        let (mut fired, mut trials) = (0, 0);
+        let (mut fired, mut deeper, mut trials) = (0, 0, 0);
         for _ in 0..2000 {
             let mut cost = vec![1.0];
             for _ in 0..7 {
@@ -469,26 +489,34 @@ mod tests {
                 cost.push(last + rnd() * 0.4 - 0.05);
             }
             let t = tree(&cost);
-            let scale = rnd().powi(3);
-            let heads: Vec<Vec<f32>> = (0..3)
-                .map(|_| (0..3).map(|_| (rnd() * scale) as f32).collect())
+            let scale = rnd().powi(2);
+            let heads: Vec<Vec<f32>> = (0..4)
+                .map(|_| {
+                    let mut h: Vec<f32> = (0..3).map(|_| (rnd() * scale) as f32).collect();
+                    h.sort_by(|a, b| b.total_cmp(a));
+                    h
+                })
                 .collect();
             let probs: Vec<&[f32]> = heads.iter().map(|h| &h[..]).collect();
             let r = ranked(&probs);
             let mut fb = at(1.0 + rnd());
-            let reach: Vec<f64> = (0..3).map(|_| rnd()).collect();
             let choice = Choice {
                 paths: vec![vec![0]],
-                reach,
+                reach: (0..4).map(|_| rnd()).collect(),
             };
             fb.observe(&t.costs_at(128), 2, &choice, 1 + (rnd() * 3.0) as usize, 1);
             let costs = t.costs_at(128);
             for conditioning in [Conditioning::Independent, Conditioning::Chain] {
-                trials += 1;
-                if t.root_alone(&r[0], &fb, &costs) {
-                    fired += 1;
-                    let c = t.choose_for(&r, &fb, &costs, conditioning);
-                    assert!(c.paths.is_empty(), "{cost:?} {heads:?} {fb:?}: {c:?}");
+                let all = t.choose_for(&r, &fb, &costs, conditioning);
+                for h in 0..3 {
+                    trials += 1;
+                    let ran = &r[..=h];
+                    if t.settled(ran, &fb, &costs, conditioning) {
+                        fired += 1;
+                        let mine = t.choose_for(ran, &fb, &costs, conditioning);
+                        assert_eq!(mine.paths, all.paths, "{cost:?} {heads:?} {fb:?} h={h}");
+                        deeper += usize::from(h > 0 && !mine.paths.is_empty());
+                    }
                 }
             }
         }
@@ -496,10 +524,13 @@ mod tests {
             fired > trials / 10 && fired < trials * 9 / 10,
             "{fired} of {trials}"
         );
+        assert!(deeper > trials / 20, "{deeper} of {trials}");
+        // Guessing head 0: the root alone, settled; a sure one is not.
         let t = tree(&[1.0, 1.2, 1.3, 1.7]);
         let costs = t.costs_at(128);
-        assert!(t.root_alone(&ranked(&[&[0.05, 0.04]])[0], &at(1.0), &costs));
-        assert!(!t.root_alone(&ranked(&[&[0.6, 0.1]])[0], &at(1.0), &costs));
+        let settled = |p: &[f32]| t.settled(&ranked(&[p]), &at(1.0), &costs, Conditioning::Chain);
+        assert!(settled(&[0.05, 0.04]));
+        assert!(!settled(&[0.6, 0.1]));
     }
 
     #[test]
