@@ -16,10 +16,12 @@
 //!
 //! How a copy keeps its values ([`HostWeight::compact`], [`HostWeight::with_precision`]):
 //! f32; the exact Q4_1 / Q8_0 blocks a converted model's weights are made of ([`blocks`]:
-//! decoded four rows at a time into an L1 scratch for the same f32 kernels, so the
-//! products are bit-identical; one row then costs its decoding more than its memory, and
-//! every extra row its multiply-adds); or, for the heads, which only propose, f16
-//! ([`half_kernel`]).
+//! decoded in registers as they are multiplied, on AVX-512 for any row count and with
+//! AVX2 for one row, else four rows at a time into an L1 scratch for the f32 kernels; in
+//! the f32 kernels' order of sums, so the products are bit-identical; one row then costs
+//! its decoding more than its memory, and every extra row its multiply-adds; a wide Q8
+//! matrix's arg-max first bounds every row with 8-bit products, `blocks/argmax.rs`); or,
+//! for the heads, which only propose, f16 ([`half_kernel`]).
 //!
 //! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul.
 

@@ -228,10 +228,9 @@ impl Blocks {
 #[cfg(target_arch = "x86_64")]
 impl Blocks {
     /// One activation row (a plain decoding step) on a CPU with AVX2 but not AVX-512: four
-    /// weight rows at a time, each block
-    /// decoded in registers and multiplied in at once ([`x86::dot4x1`]), with no scratch to
-    /// write and read back. The same values and the same sums as the scratch path, bit for
-    /// bit (tested). Needs AVX2 and FMA.
+    /// weight rows at a time, each block decoded in registers and multiplied in at once
+    /// ([`x86::dot4x1`]), with no scratch to write and read back. The same values and the
+    /// same sums as the scratch path, bit for bit (tested). Needs AVX2 and FMA.
     fn one_row_avx2(&self, inn: usize, rows: std::ops::Range<usize>, x: &[f32], yt: &mut [f32]) {
         let per_row = inn / 32;
         let mut o = rows.start;
@@ -250,9 +249,10 @@ impl Blocks {
     }
 
     /// Any number of activation rows on AVX-512: blocks of four weight rows, each block
-    /// decoded once in registers for a group of up to eight activation rows ([`avx512::dot`]: the four weight rows at once for 2-4 activation
-    /// rows, two at a time for 5-8). The scratch path's sums, bit for bit (tested).
-    /// Needs AVX-512F/VL, AVX2 and FMA.
+    /// decoded once in registers for a group of up to eight activation rows
+    /// ([`avx512::dot`]: the four weight rows at once for 1-4 activation rows, two at a
+    /// time for 5-8). The scratch path's sums, bit for bit (tested). Needs AVX-512F/VL,
+    /// AVX2 and FMA.
     fn avx512_rows(
         &self,
         inn: usize,

@@ -1,11 +1,11 @@
-//! Blocks times 1-8 activation rows on AVX-512 (a decoding or verification step; Q4
-//! blocks are decoded by a table lookup): each block of a
-//! weight row is decoded once into two 16-value vectors (the decoders' arithmetic: a
-//! product, then a sum, each rounded) and multiplied into every activation row's sums,
-//! with no scratch to write and read back. The sums run in the order of the f32 AVX-512
-//! kernel (`kernels::avx512`): lanes k mod 16 in order, then lanes 0-7 plus 8-15, then
-//! across; so the products are the scratch path's, bit for bit (tested), and a row's
-//! product does not depend on how many rows share the step.
+//! Blocks times 1-8 activation rows on AVX-512 (a decoding or verification step): each
+//! block of a weight row is decoded once into two 16-value vectors (the decoders'
+//! arithmetic: a product, then a sum, each rounded; Q4 blocks by a table lookup) and
+//! multiplied into every activation row's sums, with no scratch to write and read back.
+//! The sums run in the order of the f32 AVX-512 kernel (`kernels::avx512`): lanes k mod
+//! 16 in order, then lanes 0-7 plus 8-15, then across; so the products are the scratch
+//! path's, bit for bit (tested), and a row's product does not depend on how many rows
+//! share the step.
 
 use super::x86::prefetch_ahead;
 use super::{Q4, Q8};
