@@ -52,7 +52,7 @@ impl Measured {
     }
 }
 
-/// Text for the cost passes where there are no calibration prompts (see the module docs).
+/// Text for the cost passes where there are no calibration prompts (see `calibrate.rs`).
 const SAMPLE_TEXT: &str = "The river runs through the old town, past the market and the \
     library, and under three stone bridges. In spring the water rises and the fishermen \
     wait for the boats to come back in the evening. def count_words(text):\n    \
