@@ -235,12 +235,12 @@ impl DynamicTree {
 
     /// Whether the heads that ran (`ranked`: heads 0..=h, best first) already decide this
     /// step's tree, whatever the deeper heads would say (which then need not run; after
-    /// head 0 this is often the root alone, a plain step). A node below head h's has an estimate
-    /// of at most u, the best path's through heads 0..=h (estimates are products of values
-    /// in [0, 1], each head's best first). A tree with s nodes from these heads and j ≥ 1
-    /// deeper ones expects at most E(s) + j·u tokens, E(s) being the best s-node tree of
-    /// these heads ([`greedy_tree`]'s). When that, less its cost, stays below the gain of
-    /// the tree these heads choose for every s and j, no deeper node can pay.
+    /// head 0 this is often the root alone, a plain step). A node below head h's has an
+    /// estimate of at most u, the best path's through heads 0..=h (estimates are products
+    /// of values in [0, 1], each head's best first). A tree with s nodes from these heads
+    /// and j ≥ 1 deeper ones expects at most E(s) + j·u tokens, E(s) being the best s-node
+    /// tree of these heads ([`greedy_tree`]'s). When that, less its cost, stays below the
+    /// gain of the tree these heads choose for every s and j, no deeper node can pay.
     pub fn settled(
         &self,
         ranked: &[Ranked],
