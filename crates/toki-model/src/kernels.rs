@@ -90,8 +90,13 @@ impl HostWeight {
     /// `w` is `[out, in]` row-major.
     pub fn new(w: Vec<f32>, out: usize, inn: usize) -> Self {
         assert_eq!(w.len(), out * inn, "host weight is not [{out}, {inn}]");
+        Self::stored(Stored::F32(w.into()), out, inn)
+    }
+
+    /// `w` as it is kept, without the two-stage arg-max's row sums.
+    fn stored(w: Stored, out: usize, inn: usize) -> Self {
         Self {
-            w: Stored::F32(w.into()),
+            w,
             out,
             inn,
             #[cfg(target_arch = "x86_64")]
@@ -115,13 +120,7 @@ impl HostWeight {
                 .or_else(|| half_kernel::to_f16(&w).map(|h| Stored::F16(h.into()))),
         };
         match stored {
-            Some(w) => Self {
-                w,
-                out,
-                inn,
-                #[cfg(target_arch = "x86_64")]
-                row_stats: None,
-            },
+            Some(stored) => Self::stored(stored, out, inn),
             None => Self::new(w, out, inn),
         }
     }
@@ -150,11 +149,9 @@ impl HostWeight {
                     .flatten()
                     .map(Arc::new);
                 Self {
-                    w: Stored::Blocks(b),
-                    out,
-                    inn,
                     #[cfg(target_arch = "x86_64")]
                     row_stats,
+                    ..Self::stored(Stored::Blocks(b), out, inn)
                 }
             }
             None => Self::new(w, out, inn),
@@ -343,7 +340,8 @@ fn rows_times_x(
     portable_rows_times_x(w, inn, rows, x, m, yt);
 }
 
-/// Whether the AVX-512 kernel for 2+ rows can run here (and `TOKI_NO_AVX512` is unset).
+/// Whether the AVX-512 kernels can run here (the f32 one for 2+ rows, the blocks' one for
+/// any row count) and `TOKI_NO_AVX512` is unset.
 #[cfg(target_arch = "x86_64")]
 fn has_avx512() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
