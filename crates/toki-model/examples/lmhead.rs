@@ -2,7 +2,9 @@
 //! matrix [49152, 576], for 1-8 activation rows: median time per call. Run it with and
 //! without `TOKI_NO_TWO_STAGE=1` to compare the two-stage pick with the full product.
 //!
-//! `cargo run --release --example lmhead -p toki-model`
+//! `cargo run --release --example lmhead -p toki-model [-- --cold]`: with `--cold`, 256 MB
+//! are streamed before each call, as a decoding step's forward pass streams the model's
+//! weights before the pick (the lm_head then comes from memory, not from cache).
 use std::time::Instant;
 use toki_model::kernels::HostWeight;
 
@@ -23,6 +25,8 @@ fn main() {
         .collect();
     let wc = w.clone();
     let w = HostWeight::compact(w, out, inn);
+    let cold = std::env::args().any(|a| a == "--cold");
+    let mut flush = vec![1u64; if cold { 32 << 20 } else { 0 }]; // 256 MB
     let rows = [1usize, 2, 3, 4, 6, 8];
     let mut times = vec![vec![]; rows.len()];
     let mut seed = 1u64;
@@ -40,6 +44,10 @@ fn main() {
                     noise + wc[target * inn + i % inn] * 40.0
                 })
                 .collect();
+            if cold {
+                flush.iter_mut().for_each(|v| *v = v.wrapping_mul(3));
+                std::hint::black_box(&flush);
+            }
             let start = Instant::now();
             std::hint::black_box(w.matmul_argmax(&x, m));
             times[r].push(start.elapsed().as_secs_f64() * 1e3);

@@ -48,16 +48,25 @@ pub fn join_rayon_pool() -> Result<(), rayon::ThreadPoolBuildError> {
         .build_global()
 }
 
+/// Greedy picks of one size (1, 2, 3-4, 5+ rows) after which the lm_head's arg-max has
+/// chosen its way by timing (`kernels/pick.rs`); what measures step costs runs this many
+/// first. 0 where nothing is timed.
+#[cfg(target_arch = "x86_64")]
+pub const PICK_TIMING_CALLS: usize = pick::CALLS;
+#[cfg(not(target_arch = "x86_64"))]
+pub const PICK_TIMING_CALLS: usize = 0;
+
 /// A projection weight `[out, in]` (row-major, as HF stores it) on the host.
 #[derive(Clone)]
 pub struct HostWeight {
     w: Stored,
     out: usize,
     inn: usize,
-    /// Per-row sums for the exact two-stage arg-max over Q8 blocks (`blocks::argmax`);
-    /// `None` where it does not apply.
+    /// Per-row sums for the exact two-stage arg-max over Q8 blocks (`blocks::argmax`), and
+    /// the timings that choose between it and the full product ([`pick`]); `None` where it
+    /// does not apply.
     #[cfg(target_arch = "x86_64")]
-    row_stats: Option<Arc<blocks::argmax::RowStats>>,
+    row_stats: Option<Arc<(blocks::argmax::RowStats, pick::PickTimer)>>,
 }
 
 /// The precision a host copy keeps its weights in; the arithmetic is f32 either way.
@@ -147,7 +156,7 @@ impl HostWeight {
                 let row_stats = (out >= 4096 && blocks::argmax::available())
                     .then(|| blocks::argmax::row_stats(&b, inn))
                     .flatten()
-                    .map(Arc::new);
+                    .map(|stats| Arc::new((stats, pick::PickTimer::default())));
                 Self {
                     #[cfg(target_arch = "x86_64")]
                     row_stats,
@@ -211,23 +220,25 @@ impl HostWeight {
     /// cache. The values compared are
     /// [`HostWeight::matmul`]'s, bit for bit (same blocks, same kernels), so greedy
     /// decoding picks the same token either way. A wide Q8 block matrix (a converted
-    /// model's lm_head) on a CPU with AVX-512 VNNI first bounds every value with 8-bit
-    /// integer products and computes exactly only the rows the bounds cannot rule out
-    /// (`blocks/argmax.rs`; the same picks; `TOKI_NO_TWO_STAGE=1` turns it off).
+    /// model's lm_head) on a CPU with AVX-512 VNNI may instead bound every value with 8-bit
+    /// integer products and compute exactly only the rows the bounds cannot rule out
+    /// (`blocks/argmax.rs`; the same picks): which of the two runs is chosen by timing both
+    /// ([`pick`]; `TOKI_NO_TWO_STAGE=1` keeps the full product).
     pub fn matmul_argmax(&self, x: &[f32], m: usize) -> Vec<u32> {
         let inn = self.inn;
         assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
         #[cfg(target_arch = "x86_64")]
-        if let (Stored::Blocks(b), Some(stats)) = (&self.w, &self.row_stats) {
-            return b
-                .argmax_two_stage(stats, self.out, x, m)
-                .into_iter()
-                .enumerate()
-                .map(|(j, pick)| {
+        if let (Stored::Blocks(b), Some(two)) = (&self.w, &self.row_stats) {
+            let (stats, timer) = &**two;
+            let way = timer.next(m);
+            return timer.timed(m, way, || match way {
+                pick::Way::Full => self.argmax_full(x, m),
+                pick::Way::TwoStage => (b.argmax_two_stage(stats, self.out, x, m).into_iter())
+                    .enumerate()
                     // Where the two stages do not apply: this row's full product.
-                    pick.unwrap_or_else(|| self.argmax_full(&x[j * inn..(j + 1) * inn], 1)[0])
-                })
-                .collect();
+                    .map(|(j, p)| p.unwrap_or_else(|| self.argmax_full(&x[j * inn..][..inn], 1)[0]))
+                    .collect(),
+            });
         }
         self.argmax_full(x, m)
     }
@@ -593,6 +604,8 @@ mod avx512;
 mod blocks;
 mod half_kernel;
 pub(crate) mod math;
+#[cfg(target_arch = "x86_64")]
+mod pick;
 pub use math::silu_times;
 
 #[cfg(test)]

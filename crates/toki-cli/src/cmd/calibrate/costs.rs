@@ -91,6 +91,22 @@ pub fn costs(engine: &Engine, heads: &HeadProposer, text: &[u32]) -> Result<Meas
             Tensor::<1, Int>::from_data(TensorData::new(p, [n]), &device),
         )
     };
+    // The lm_head's greedy pick chooses between two exact ways by timing its first calls
+    // of each size (toki_model::kernels::PICK_TIMING_CALLS): those calls are made first,
+    // unmeasured, so that the curve prices the way decoding will run.
+    if model.uses_host_kernels() {
+        let mut cache = model.new_cache(CONTEXTS[0] + MAX_NODES);
+        let (t, p) = ids(CONTEXTS[0], 0);
+        model.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
+        for n in [1, 2, 4, 8] {
+            for _ in 0..toki_model::kernels::PICK_TIMING_CALLS {
+                cache.truncate(CONTEXTS[0]);
+                let (t, p) = ids(n, CONTEXTS[0]);
+                let h = model.forward(t, p, &AttnMask::Causal, &mut cache, &rope);
+                toki_decode::greedy_tokens(model, h)?;
+            }
+        }
+    }
     let mut curves = vec![];
     let mut sizes: Option<Vec<usize>> = None;
     let mut last = None;

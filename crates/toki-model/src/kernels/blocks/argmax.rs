@@ -352,7 +352,7 @@ mod tests {
         }
         let row5 = w[5 * inn..6 * inn].to_vec();
         let blocks = HostWeight::compact(w.clone(), out, inn);
-        let (Stored::Blocks(b), Some(stats)) = (&blocks.w, &blocks.row_stats) else {
+        let (Stored::Blocks(b), Some((stats, _))) = (&blocks.w, blocks.row_stats.as_deref()) else {
             panic!("the lm_head-sized Q8 weight takes the two stages");
         };
         let plain = HostWeight::new(w, out, inn);
@@ -414,7 +414,7 @@ mod tests {
         let (out, inn) = (4096, 17 * 32);
         let w = q8_weights(out, inn, 11);
         let blocks = HostWeight::compact(w.clone(), out, inn);
-        let (Stored::Blocks(b), Some(stats)) = (&blocks.w, &blocks.row_stats) else {
+        let (Stored::Blocks(b), Some((stats, _))) = (&blocks.w, blocks.row_stats.as_deref()) else {
             panic!("the two stages apply");
         };
         let plain = HostWeight::new(w, out, inn);

@@ -1,0 +1,177 @@
+//! Which exact arg-max a wide Q8 matrix (the lm_head) runs, chosen by timing both on this
+//! machine while decoding.
+//!
+//! Both ways pick the same token bit for bit: the full product, and the two stages of
+//! `blocks/argmax.rs`. Which is faster depends on the machine, not on the model: on a 2-core
+//! AMD EPYC (Zen 4) the two stages took half the time of the full product; on a 2-core
+//! Intel Xeon VM with AVX-512 VNNI the full product was about 6% faster per decoded token
+//! (`benches/results/2026-12-05-cpu-pick-by-timing/`). So neither is hard-wired: the first
+//! calls of each size alternate between them, each timed, and from then on the one with the
+//! lower median serves that size.
+//!
+//! ```text
+//! calls of one size:  2 F 2 F 2 F 2 F 2 F 2 F 2 F 2 F 2 F | the faster, from then on
+//!                     (2 = two stages, F = full product; TRIALS of each)
+//! ```
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Timed calls of each way before one is chosen for a size.
+const TRIALS: usize = 9;
+/// Calls of one size after which its way is chosen (see [`super::PICK_TIMING_CALLS`]).
+pub(crate) const CALLS: usize = 2 * TRIALS;
+/// Sizes (activation rows) timed apart: 1, 2, 3-4, 5 and more.
+const SIZES: usize = 4;
+
+/// One way of picking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Way {
+    TwoStage,
+    Full,
+}
+
+/// The timings so far, per size.
+#[derive(Debug, Default)]
+pub(crate) struct PickTimer {
+    sizes: Mutex<[Trial; SIZES]>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Trial {
+    two_stage: Vec<f64>,
+    full: Vec<f64>,
+    chosen: Option<Way>,
+}
+
+impl Trial {
+    fn next(&self) -> Way {
+        match self.chosen {
+            Some(way) => way,
+            None if self.two_stage.len() <= self.full.len() => Way::TwoStage,
+            None => Way::Full,
+        }
+    }
+
+    /// Record one call; once both ways have `TRIALS` calls, the lower median wins.
+    fn record(&mut self, way: Way, seconds: f64) -> Option<(Way, f64, f64)> {
+        if self.chosen.is_some() {
+            return None;
+        }
+        match way {
+            Way::TwoStage => self.two_stage.push(seconds),
+            Way::Full => self.full.push(seconds),
+        }
+        if self.two_stage.len() < TRIALS || self.full.len() < TRIALS {
+            return None;
+        }
+        let (two, full) = (median(&mut self.two_stage), median(&mut self.full));
+        let way = if two <= full {
+            Way::TwoStage
+        } else {
+            Way::Full
+        };
+        self.chosen = Some(way);
+        Some((way, two, full))
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn size_index(m: usize) -> usize {
+    match m {
+        0 | 1 => 0,
+        2 => 1,
+        3 | 4 => 2,
+        _ => 3,
+    }
+}
+
+impl PickTimer {
+    /// The way to pick for `m` activation rows now.
+    pub(crate) fn next(&self, m: usize) -> Way {
+        match self.sizes.lock() {
+            Ok(sizes) => sizes[size_index(m)].next(),
+            // A panic elsewhere while timing: the two stages, as before any timing.
+            Err(_) => Way::TwoStage,
+        }
+    }
+
+    /// Run `f` (the pick the way [`PickTimer::next`] gave) and record its time.
+    pub(crate) fn timed<T>(&self, m: usize, way: Way, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = f();
+        let seconds = start.elapsed().as_secs_f64();
+        if let Ok(mut sizes) = self.sizes.lock()
+            && let Some((way, two, full)) = sizes[size_index(m)].record(way, seconds)
+        {
+            tracing::debug!(
+                rows = m,
+                ?way,
+                two_stage_ms = two * 1e3,
+                full_ms = full * 1e3,
+                "lm_head arg-max chosen by timing"
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(timer: &PickTimer, m: usize, two: f64, full: f64, calls: usize) -> Vec<Way> {
+        (0..calls)
+            .map(|_| {
+                let way = timer.next(m);
+                let t = if way == Way::TwoStage { two } else { full };
+                let mut sizes = timer.sizes.lock().unwrap();
+                sizes[size_index(m)].record(way, t);
+                way
+            })
+            .collect()
+    }
+
+    #[test]
+    fn alternates_then_keeps_the_faster_way() {
+        let timer = PickTimer::default();
+        let ways = run(&timer, 1, 2.0, 1.5, 2 * TRIALS + 10);
+        let trials = &ways[..2 * TRIALS];
+        assert_eq!(
+            trials.iter().filter(|&&w| w == Way::TwoStage).count(),
+            TRIALS
+        );
+        assert!(trials.chunks(2).all(|p| p == [Way::TwoStage, Way::Full]));
+        assert!(ways[2 * TRIALS..].iter().all(|&w| w == Way::Full));
+        // Another size is timed on its own, and may choose the other way.
+        let ways = run(&timer, 4, 1.0, 1.5, 2 * TRIALS + 5);
+        assert!(ways[2 * TRIALS..].iter().all(|&w| w == Way::TwoStage));
+        assert_eq!(timer.next(1), Way::Full);
+        assert_eq!(timer.next(3), Way::TwoStage, "3 and 4 rows share a size");
+    }
+
+    #[test]
+    fn a_few_slow_outliers_do_not_decide() {
+        // The two stages are faster but their first calls are slow (a cold cache): the
+        // medians still choose them.
+        let timer = PickTimer::default();
+        for i in 0..TRIALS {
+            let mut sizes = timer.sizes.lock().unwrap();
+            let slow = if i < 3 { 50.0 } else { 1.0 };
+            sizes[0].record(Way::TwoStage, slow);
+            sizes[0].record(Way::Full, 1.2);
+        }
+        assert_eq!(timer.next(1), Way::TwoStage);
+    }
+
+    #[test]
+    fn timed_returns_what_the_pick_returns() {
+        let timer = PickTimer::default();
+        assert_eq!(timer.timed(2, Way::Full, || 7), 7);
+        assert_eq!(timer.sizes.lock().unwrap()[1].full.len(), 1);
+    }
+}
