@@ -4,7 +4,9 @@
 //! It measures what it decides on, on this hardware and this request: the wall time of a
 //! plain step `t_p`, of a speculative step `t_s`, and the tokens a speculative step yields
 //! `τ` (moving averages, τ's over a longer window: see `TAU_WINDOW`). Speculation pays when
-//! `τ / t_s > 1 / t_p`. When it does not, the policy decodes plainly for a back-off period
+//! `τ / t_s > 1 / t_p`; the tree stays only where the estimates say it pays by a margin
+//! (`MARGIN`), as they come from a few noisy steps. When it does not, the policy decodes
+//! plainly for a back-off period
 //! (doubling while speculation keeps failing, up to a cap), then probes the tree again;
 //! when it pays, the back-off resets. Each probe decides on the acceptance it measures
 //! itself (τ starts afresh), so a request whose text the heads cannot guess backs off after
@@ -68,6 +70,9 @@ const ALPHA: f64 = 0.25;
 /// steps of an answer whose mean is 1.6), so a few unlucky steps must not send an answer
 /// that pays into back-off, while the first probe still decides on its own 4 steps.
 const TAU_WINDOW: usize = 16;
+/// The expected speed-up a probe must show for the tree to stay: the estimates come from
+/// a few noisy steps, and a tree that only breaks even loses whenever they are optimistic.
+const MARGIN: f64 = 1.05;
 const FIRST_BACKOFF: usize = 8;
 const MAX_BACKOFF: usize = 128;
 const PROBE: usize = 4;
@@ -91,7 +96,7 @@ impl Policy {
         }
         (p.plain_s, p.spec_s, p.tau) = (prior.plain_s, prior.spec_s, prior.tau);
         match p.ratio() {
-            Some(r) if r < 1.0 => {
+            Some(r) if r < MARGIN => {
                 p.backoff = prior.backoff.clamp(FIRST_BACKOFF, MAX_BACKOFF);
                 // 0: the last request ended in a probe; this one probes first.
                 p.plain_left = prior.plain_left.min(p.backoff);
@@ -170,7 +175,7 @@ impl Policy {
                     return;
                 }
                 match self.ratio() {
-                    Some(r) if r < 1.0 => {
+                    Some(r) if r < MARGIN => {
                         self.plain_left = self.backoff;
                         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                     }
@@ -228,6 +233,17 @@ mod tests {
             }
         }
         assert_eq!(spec, 200 - PLAIN_WARMUP, "it backed off");
+    }
+
+    #[test]
+    fn a_tree_that_only_breaks_even_is_not_kept() {
+        // 3 tokens a step at 2.9 plain steps' time: 1.03x by the estimates, under the
+        // margin; at 2.7, 1.11x, kept.
+        let mut p = Policy::new(TreePolicy::Adaptive);
+        let spec = drive(&mut p, 100, 1.0, 2.9, 3);
+        assert!(spec <= 4 * 4, "{spec} speculative steps");
+        let mut p = Policy::new(TreePolicy::Adaptive);
+        assert_eq!(drive(&mut p, 100, 1.0, 2.7, 3), 100 - PLAIN_WARMUP);
     }
 
     #[test]
