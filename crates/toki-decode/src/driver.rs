@@ -263,6 +263,12 @@ fn draft<'e>(
     Ok((tokens, buffers, Some(chosen)))
 }
 
+/// The first head's top guess for the token after the root (one head's pass, no tree).
+fn first_guess(s: &Speculation, input: StepInput<'_>) -> Result<Option<u32>> {
+    let ranked = s.heads.rank_until(input, &[1], &mut |_| true)?;
+    Ok(ranked.first().and_then(|r| r.first()).map(|&(t, _)| t))
+}
+
 /// What a request starts from and hands back to the engine for the next one: the
 /// adaptive policy's estimates, the dynamic tree's feedback and prompt lookup's hit rates.
 struct Learnt {
@@ -413,24 +419,29 @@ pub(crate) fn run(
             learnt.policy.next() == StepKind::Speculative
                 && cache.len() + s.shape.max_nodes() <= capacity
         });
-        let (tokens, buffers, choice) = match step_spec {
-            Some(s) => {
-                // Append only what the last steps added (prompt + generated so far).
-                history.extend_from_slice(&progress.tokens[history.len() - n..]);
-                let input = StepInput {
-                    base: model,
-                    hidden: last_hidden,
-                    history: &history,
-                };
-                draft(
-                    engine,
-                    s,
-                    input,
-                    root,
-                    &learnt.feedback,
-                    &learnt.lookup_stats,
-                )?
+        // Append only what the last steps added (prompt + generated so far).
+        history.extend_from_slice(&progress.tokens[history.len() - n..]);
+        let input = |hidden| StepInput {
+            base: model,
+            hidden,
+            history: &history,
+        };
+        // A plain step near a back-off's end: the first head's guess in its shadow.
+        let shadow = match spec {
+            Some(s) if step_spec.is_none() && learnt.policy.shadow_next() => {
+                first_guess(s, input(last_hidden.clone()))?
             }
+            _ => None,
+        };
+        let (tokens, buffers, choice) = match step_spec {
+            Some(s) => draft(
+                engine,
+                s,
+                input(last_hidden),
+                root,
+                &learnt.feedback,
+                &learnt.lookup_stats,
+            )?,
             None => (vec![root], Cow::Borrowed(&engine.root_buffers), None),
         };
         let drafted = step_start.elapsed();
@@ -484,7 +495,14 @@ pub(crate) fn run(
             verify_ms = (verified - forwarded).as_secs_f64() * 1e3,
             "decode step"
         );
-        learnt.policy.observe(kind, seconds, emitted.len());
+        if let Some(guess) = shadow {
+            learnt.policy.observe_shadow(guess == verdict.bonus);
+        }
+        // The policy times plain decoding without the shadow's pass.
+        let shadow_s = shadow.map_or(0.0, |_| drafted.as_secs_f64());
+        learnt
+            .policy
+            .observe(kind, seconds - shadow_s, emitted.len());
         reason = progress.push(&emitted, true, &mut on_tokens)?;
     }
     stats.decode_ms = t1.elapsed().as_secs_f64() * 1e3;
