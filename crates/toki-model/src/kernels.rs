@@ -230,8 +230,7 @@ impl HostWeight {
         #[cfg(target_arch = "x86_64")]
         if let (Stored::Blocks(b), Some(two)) = (&self.w, &self.row_stats) {
             let (stats, timer) = &**two;
-            let way = timer.next(m);
-            return timer.timed(m, way, || match way {
+            return timer.run(m, |way| match way {
                 pick::Way::Full => self.argmax_full(x, m),
                 pick::Way::TwoStage => (b.argmax_two_stage(stats, self.out, x, m).into_iter())
                     .enumerate()

@@ -91,19 +91,22 @@ fn size_index(m: usize) -> usize {
 }
 
 impl PickTimer {
-    /// The way to pick for `m` activation rows now.
-    pub(crate) fn next(&self, m: usize) -> Way {
-        match self.sizes.lock() {
-            Ok(sizes) => sizes[size_index(m)].next(),
+    /// Pick for `m` activation rows with `pick`, the way this size uses now; while the
+    /// size is still being timed, the call is timed and recorded.
+    pub(crate) fn run<T>(&self, m: usize, pick: impl FnOnce(Way) -> T) -> T {
+        let (way, timing) = match self.sizes.lock() {
+            Ok(sizes) => {
+                let trial = &sizes[size_index(m)];
+                (trial.next(), trial.chosen.is_none())
+            }
             // A panic elsewhere while timing: the two stages, as before any timing.
-            Err(_) => Way::TwoStage,
+            Err(_) => (Way::TwoStage, false),
+        };
+        if !timing {
+            return pick(way);
         }
-    }
-
-    /// Run `f` (the pick the way [`PickTimer::next`] gave) and record its time.
-    pub(crate) fn timed<T>(&self, m: usize, way: Way, f: impl FnOnce() -> T) -> T {
         let start = Instant::now();
-        let out = f();
+        let out = pick(way);
         let seconds = start.elapsed().as_secs_f64();
         if let Ok(mut sizes) = self.sizes.lock()
             && let Some((way, two, full)) = sizes[size_index(m)].record(way, seconds)
@@ -117,6 +120,12 @@ impl PickTimer {
             );
         }
         out
+    }
+
+    /// The way the next call for `m` rows takes.
+    #[cfg(test)]
+    fn next(&self, m: usize) -> Way {
+        self.sizes.lock().unwrap()[size_index(m)].next()
     }
 }
 
@@ -169,9 +178,19 @@ mod tests {
     }
 
     #[test]
-    fn timed_returns_what_the_pick_returns() {
+    fn run_returns_what_the_pick_returns_and_times_only_while_choosing() {
         let timer = PickTimer::default();
-        assert_eq!(timer.timed(2, Way::Full, || 7), 7);
+        assert_eq!(timer.run(2, |way| (way, 7)), (Way::TwoStage, 7));
+        assert_eq!(timer.run(2, |way| (way, 8)), (Way::Full, 8));
         assert_eq!(timer.sizes.lock().unwrap()[1].full.len(), 1);
+        for _ in 0..CALLS {
+            timer.run(2, |_| ());
+        }
+        let timed = |t: &PickTimer| {
+            let s = t.sizes.lock().unwrap();
+            s[1].two_stage.len() + s[1].full.len()
+        };
+        assert!(timer.sizes.lock().unwrap()[1].chosen.is_some());
+        assert_eq!(timed(&timer), CALLS, "no timing once chosen");
     }
 }
