@@ -60,13 +60,15 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], a: HostAttn, bias: Option<&[f3
     );
     let group = n_heads / n_kv_heads;
     let scale = (hd as f32).powf(-0.5);
-    // Per query head: [T, hd].
-    let per_head: Vec<Vec<f32>> = (0..n_heads)
-        .into_par_iter()
-        .map(|h| {
-            let g = h / group;
-            let one = OneHead {
-                q: &q[h * t * hd..(h + 1) * t * hd],
+    let wide = wide_loops(hd);
+    let units = units(n_heads, group, rayon::current_num_threads());
+    // Per unit: [heads, T, hd].
+    let per_unit: Vec<Vec<f32>> = units
+        .par_iter()
+        .map(|&(h0, heads)| {
+            let g = h0 / group;
+            let rows = Rows {
+                q: &q[h0 * t * hd..(h0 + heads) * t * hd],
                 keys: &k[g * hd * capacity..(g + 1) * hd * capacity],
                 values: &v[g * capacity * hd..(g * capacity + s) * hd],
                 capacity,
@@ -75,6 +77,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], a: HostAttn, bias: Option<&[f3
                 s,
                 hd,
                 scale,
+                wide,
             };
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2")
@@ -82,29 +85,61 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], a: HostAttn, bias: Option<&[f3
             {
                 // SAFETY: the CPU supports AVX2 and FMA (checked just above); the code is
                 // safe Rust compiled with those features.
-                return unsafe { one.run_avx2() };
+                return unsafe { rows.run_avx2() };
             }
-            one.run::<false>()
+            rows.run::<false>()
         })
         .collect();
-    // [n_heads][T, hd] -> [T, n_heads * hd]
+    // [heads, T, hd] per unit -> [T, n_heads * hd]
     let mut out = vec![0.0f32; t * n_heads * hd];
-    for (h, o) in per_head.iter().enumerate() {
-        for i in 0..t {
+    for (&(h0, heads), o) in units.iter().zip(&per_unit) {
+        for (h, i) in (h0..h0 + heads).flat_map(|h| (0..t).map(move |i| (h, i))) {
+            let r = (h - h0) * t + i;
             out[(i * n_heads + h) * hd..(i * n_heads + h + 1) * hd]
-                .copy_from_slice(&o[i * hd..(i + 1) * hd]);
+                .copy_from_slice(&o[r * hd..(r + 1) * hd]);
         }
     }
     out
 }
+
+/// Runs of query heads `(first, count)` that share a kv head, cut also at every
+/// `⌈n_heads / threads⌉` heads so that each thread gets about the same number: a run
+/// reads its kv head's keys and values once for all its heads (9 heads over 3 kv heads
+/// and 2 threads: 3 + 2 | 1 + 3).
+fn units(n_heads: usize, group: usize, threads: usize) -> Vec<(usize, usize)> {
+    let share = n_heads.div_ceil(threads.max(1)).max(1);
+    let group = group.max(1);
+    let cuts: Vec<usize> = (0..=n_heads)
+        .filter(|&h| h % group == 0 || h % share == 0 || h == n_heads)
+        .collect();
+    cuts.windows(2).map(|w| (w[0], w[1] - w[0])).collect()
+}
+
+/// Whether the AVX-512 loops serve (`avx512.rs`; `TOKI_NO_AVX512=1` turns them off, as
+/// for the projections): head sizes of whole 64-float blocks.
+fn wide_loops(hd: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        hd % B == 0 && crate::kernels::has_avx512()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = hd;
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// Register block: 64 floats, eight AVX2 vectors (eight independent add chains).
 const B: usize = 64;
 /// Value rows per block (16 KB at hd = 64: in L1 while every new token reads them).
 const VB: usize = 64;
 
-/// One query head's attention: `q` [T, hd], `keys` [hd, capacity], `values` [S, hd].
-struct OneHead<'a> {
+/// The query rows of one or more heads that share a kv head: `q` [R, hd] with R = heads ×
+/// T (row r is token r % T), `keys` [hd, capacity], `values` [S, hd].
+struct Rows<'a> {
     q: &'a [f32],
     keys: &'a [f32],
     values: &'a [f32],
@@ -114,9 +149,11 @@ struct OneHead<'a> {
     s: usize,
     hd: usize,
     scale: f32,
+    /// The AVX-512 loops ([`wide_loops`]).
+    wide: bool,
 }
 
-impl OneHead<'_> {
+impl Rows<'_> {
     /// The same code compiled for AVX2 and FMA (wider vectors for the loops below).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
@@ -124,17 +161,30 @@ impl OneHead<'_> {
         self.run::<true>()
     }
 
-    /// -> [T, hd]. `FMA`: fused multiply-adds (only where the CPU has them: elsewhere
+    /// -> [R, hd]. `FMA`: fused multiply-adds (only where the CPU has them: elsewhere
     /// `mul_add` is a slow library call).
     #[inline(always)]
     fn run<const FMA: bool>(&self) -> Vec<f32> {
         let (t, s, hd) = (self.t, self.s, self.hd);
-        let mut p = vec![0.0f32; t * s]; // [T, S]
-        // Blocks of B keys: each token's B scores stay in registers over the hd components.
+        let rows = self.q.len() / hd;
+        let mut p = vec![0.0f32; rows * s]; // [R, S]
+        // Blocks of B keys: each row's B scores stay in registers over the hd components.
         for j0 in (0..s).step_by(B) {
             let w = B.min(s - j0);
-            for (i, row) in p.chunks_exact_mut(s).enumerate() {
-                let qi = &self.q[i * hd..(i + 1) * hd];
+            #[cfg(target_arch = "x86_64")]
+            if FMA && self.wide && w == B {
+                for r0 in (0..rows).step_by(avx512::ROWS) {
+                    let r1 = (r0 + avx512::ROWS).min(rows);
+                    let q = &self.q[r0 * hd..r1 * hd];
+                    let (keys, cap, scale) = (self.keys, self.capacity, self.scale);
+                    // SAFETY: `wide` is only set where the CPU has AVX-512F; the kernel
+                    // asserts its bounds.
+                    unsafe { avx512::scores(q, hd, keys, cap, j0, scale, &mut p[r0 * s..], s) };
+                }
+                continue;
+            }
+            for (r, row) in p.chunks_exact_mut(s).enumerate() {
+                let qi = &self.q[r * hd..(r + 1) * hd];
                 let mut acc = [0.0f32; B];
                 #[cfg(target_arch = "x86_64")]
                 if FMA && w == B {
@@ -157,25 +207,57 @@ impl OneHead<'_> {
                     .for_each(|(x, a)| *x = a * self.scale);
             }
         }
-        if let Some(b) = self.bias {
-            p.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+        #[cfg(target_arch = "x86_64")]
+        let softmaxed = FMA && self.wide;
+        #[cfg(not(target_arch = "x86_64"))]
+        let softmaxed = false;
+        #[cfg(target_arch = "x86_64")]
+        if softmaxed {
+            for r0 in (0..rows).step_by(avx512::ROWS) {
+                let r1 = (r0 + avx512::ROWS).min(rows);
+                let bias = self.bias.map(|b| (b, r0, t));
+                // SAFETY: as above.
+                unsafe { avx512::softmax(&mut p[r0 * s..r1 * s], s, bias) };
+            }
         }
-        for row in p.chunks_exact_mut(s) {
+        for (r, row) in p.chunks_exact_mut(s).enumerate().filter(|_| !softmaxed) {
+            if let Some(b) = self.bias {
+                let i = r % t;
+                row.iter_mut()
+                    .zip(&b[i * s..(i + 1) * s])
+                    .for_each(|(x, b)| *x += b);
+            }
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             row.iter_mut().for_each(|x| *x = exp(*x - max));
             let inv = 1.0 / row.iter().sum::<f32>();
             row.iter_mut().for_each(|x| *x *= inv);
         }
-        let mut out = vec![0.0f32; t * hd]; // [T, hd]
-        // Blocks of B output columns, kept in registers over a block of VB value rows. Each
-        // block's sums go on from the previous block's (one chain of multiply-adds over all
-        // keys in order), and a hidden key adds 0·v, which changes nothing: a token's output
-        // does not depend on where the blocks fall or on the hidden keys around the ones it
-        // sees, so a tree node attends bit for bit as plain decoding does at its position.
+        let mut out = vec![0.0f32; rows * hd]; // [R, hd]
+        // Each row's sums run in one chain of multiply-adds over all keys in order, and a
+        // hidden key adds 0·v, which changes nothing: a token's output does not depend on
+        // where the blocks fall, on the hidden keys around the ones it sees, or on the other
+        // rows computed with it, so a tree node attends bit for bit as plain decoding does
+        // at its position.
+        #[cfg(target_arch = "x86_64")]
+        if FMA && self.wide {
+            // All value rows at once for up to six rows: B columns at a time.
+            let values = &self.values[..s * hd];
+            for r0 in (0..rows).step_by(avx512::ROWS) {
+                let r1 = (r0 + avx512::ROWS).min(rows);
+                for c0 in (0..hd).step_by(B) {
+                    let (pr, o) = (&p[r0 * s..r1 * s], &mut out[r0 * hd..r1 * hd]);
+                    // SAFETY: as above.
+                    unsafe { avx512::values(pr, s, values, hd, c0, o) };
+                }
+            }
+            return out;
+        }
+        // Blocks of B output columns, kept in registers over a block of VB value rows; each
+        // block's sums go on from the previous block's.
         for j0 in (0..s).step_by(VB) {
             let rows = &self.values[j0 * hd..(j0 + VB).min(s) * hd];
             for (i, o) in out.chunks_exact_mut(hd).enumerate() {
-                let pi = &p[i * s + j0..];
+                let pi = &p[i * s + j0..(i + 1) * s];
                 for c0 in (0..hd).step_by(B) {
                     let w = B.min(hd - c0);
                     let mut acc = [0.0f32; B];
@@ -199,7 +281,7 @@ impl OneHead<'_> {
     }
 }
 
-/// The two inner loops of [`OneHead::run`] with the block's 64 sums held in eight AVX2
+/// The two inner loops of [`Rows::run`] with the block's 64 sums held in eight AVX2
 /// registers (the compiler kept some of them on the stack). Each lane's sum takes the same
 /// fused multiply-adds in the same order as [`axpy`], so the results are the same bits.
 #[cfg(target_arch = "x86_64")]
@@ -340,6 +422,107 @@ mod tests {
                 .map(|(x, y)| (x - y).abs())
                 .fold(0.0, f32::max);
             assert!(diff < 1e-5, "{a:?}: max difference {diff}");
+        }
+    }
+
+    #[test]
+    fn units_follow_kv_groups_and_thread_shares() {
+        assert_eq!(units(9, 3, 2), vec![(0, 3), (3, 2), (5, 1), (6, 3)]);
+        assert_eq!(units(9, 3, 1), vec![(0, 3), (3, 3), (6, 3)]);
+        assert_eq!(units(8, 8, 2), vec![(0, 4), (4, 4)]);
+        assert_eq!(units(4, 1, 2), vec![(0, 1), (1, 1), (2, 1), (3, 1)]);
+    }
+
+    /// Heads that share a kv head and attend together (one pass over the keys and values
+    /// for all their rows) give the same bits as each head over its own copy of the kv head,
+    /// for a plain step and tree steps of 2-7 tokens, over full key blocks and a tail.
+    #[test]
+    fn grouped_heads_attend_bit_for_bit_as_one_head_each() {
+        let (nh, nkv, hd, s, cap) = (9, 3, 64, 150, 160);
+        for t in [1, 2, 4, 7] {
+            let q = lcg(nh * t * hd, 11);
+            let k = lcg(nkv * hd * cap, 12); // [nkv, hd, cap]
+            let v = lcg(nkv * cap * hd, 13); // [nkv, cap, hd]
+            let bias: Vec<f32> = (0..t * s)
+                .map(|x| {
+                    if (x / s + x % s) % 5 == 1 {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let group = nh / nkv;
+            // Each head's own copy of its kv head.
+            let copy = |x: &[f32]| -> Vec<f32> {
+                (0..nh)
+                    .flat_map(|h| x[(h / group) * hd * cap..(h / group + 1) * hd * cap].to_vec())
+                    .collect()
+            };
+            let (k1, v1) = (copy(&k), copy(&v));
+            let grouped = HostAttn {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                t,
+                s,
+                capacity: cap,
+            };
+            let alone = HostAttn {
+                n_kv_heads: nh,
+                ..grouped
+            };
+            let got = attention(&q, &k, &v, grouped, Some(&bias));
+            let want = attention(&q, &k1, &v1, alone, Some(&bias));
+            for (x, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "t {t}, value {x}: {g} vs {w}");
+            }
+        }
+    }
+
+    /// Where the CPU has AVX-512, its loops (several rows per loaded vector) give the same
+    /// bits as the AVX2 loops (one row at a time), for 1-13 rows.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_and_avx2_loops_agree_bit_for_bit() {
+        if !(wide_loops(64)
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        let (hd, s, cap) = (64, 200, 256);
+        let keys = lcg(hd * cap, 21);
+        let values = lcg(cap * hd, 22);
+        for (rows, t) in [(1, 1), (3, 1), (6, 2), (12, 4), (13, 13)] {
+            let q = lcg(rows * hd, 23);
+            let bias: Vec<f32> = (0..t * s)
+                .map(|x| if x % 7 == 3 { f32::NEG_INFINITY } else { 0.0 })
+                .collect();
+            let run = |wide: bool| {
+                let r = Rows {
+                    q: &q,
+                    keys: &keys,
+                    values: &values[..s * hd],
+                    capacity: cap,
+                    bias: Some(&bias),
+                    t,
+                    s,
+                    hd,
+                    scale: 0.125,
+                    wide,
+                };
+                // SAFETY: AVX2 and FMA are present (checked above).
+                unsafe { r.run_avx2() }
+            };
+            let (wide, narrow) = (run(true), run(false));
+            for (x, (a, b)) in wide.iter().zip(&narrow).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{rows} rows, value {x}: {a} vs {b}"
+                );
+            }
         }
     }
 

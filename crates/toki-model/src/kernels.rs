@@ -353,7 +353,7 @@ fn rows_times_x(
 /// Whether the AVX-512 kernels can run here (the f32 one for 2+ rows, the blocks' one for
 /// any row count) and `TOKI_NO_AVX512` is unset.
 #[cfg(target_arch = "x86_64")]
-fn has_avx512() -> bool {
+pub(crate) fn has_avx512() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
         std::env::var_os("TOKI_NO_AVX512").is_none()
