@@ -4,15 +4,18 @@
 //!
 //! Burn's tensor ops took about 1 ms per layer for one token over a 2,048-token cache (as
 //! long as the layer's weights take), and their cost grows with every tree node
-//! (`examples/attn.rs` times both side by side). Here each query head streams its keys and
-//! values once for all T new tokens:
+//! (`examples/attn.rs` times both side by side). Here the query heads that share a kv head
+//! stream its keys and values once for all their rows (heads × T new tokens):
 //!
 //! ```text
-//!   for each query head h (kv head h / group), in parallel:
-//!     s[i][j] = q[h][i] · k[j] / √hd + bias[i][j]     i < T new tokens, j < S cached + new
-//!     p[i]    = softmax(s[i])
-//!     out[i][h] = Σ_j p[i][j] v[j]
+//!   for each run of query heads h sharing kv head g (cut at equal shares per thread),
+//!   in parallel, for every row (h, i), i < T new tokens, j < S cached + new:
+//!     s[h,i][j] = q[h][i] · k_g[j] / √hd + bias[i][j]
+//!     p[h,i]    = softmax(s[h,i])
+//!     out[i][h] = Σ_j p[h,i][j] v_g[j]
 //! ```
+//!
+//! On AVX-512 (`attention/avx512.rs`), up to six rows meet each key or value vector once it is loaded.
 //!
 //! Keys are stored transposed ([head_dim, capacity] per kv head), so `s[i]` is a sum of
 //! hd contiguous key rows scaled by q's components, and `out[i]` a sum of value rows:
