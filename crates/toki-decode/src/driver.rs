@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::tensor::Tensor;
 use toki_model::{AttnMask, KvCache, LlamaModel};
@@ -269,6 +269,19 @@ fn first_guess(s: &Speculation, input: StepInput<'_>) -> Result<Option<u32>> {
     Ok(ranked.first().and_then(|r| r.first()).map(|&(t, _)| t))
 }
 
+/// What one step did, for [`Learnt::record`].
+struct StepRecord<'a> {
+    kind: StepKind,
+    nodes: usize,
+    choice: Option<&'a Chosen>,
+    verdict: &'a Verdict,
+    emitted: &'a [u32],
+    /// The first head's guess made in a plain step's shadow.
+    shadow: Option<u32>,
+    /// From the step's start: drafted, forwarded, verified, done.
+    times: [Duration; 4],
+}
+
 /// What a request starts from and hands back to the engine for the next one: the
 /// adaptive policy's estimates, the dynamic tree's feedback and prompt lookup's hit rates.
 struct Learnt {
@@ -313,6 +326,53 @@ impl Learnt {
                 .observe(chain.matched, &chain.tokens, *held, emitted);
         }
         verdict.accepted.len() - by_heads
+    }
+
+    /// One step's record: the request's counts, the step's log line, and what the policy
+    /// and the dynamic tree learn from it.
+    fn record(&mut self, stats: &mut Stats, accepted_per_head: &mut [usize], step: StepRecord) {
+        let StepRecord {
+            kind,
+            nodes,
+            choice,
+            verdict,
+            emitted,
+            shadow,
+            times: [drafted, forwarded, verified, done],
+        } = step;
+        let depth = verdict.accepted.len() - 1;
+        accepted_per_head
+            .iter_mut()
+            .take(depth)
+            .for_each(|a| *a += 1);
+        stats.steps += 1;
+        stats.verified_nodes += nodes;
+        if kind == StepKind::Speculative {
+            stats.speculative_steps += 1;
+            if let Some(c) = choice {
+                stats.lookup_tokens += self.observe(c, nodes, verdict, emitted);
+            }
+        }
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            step = stats.steps,
+            ?kind,
+            nodes,
+            lookup = ?choice.and_then(|c| c.lookup.as_ref()).map(|(c, held)| (c.matched, *held)),
+            emitted = emitted.len(),
+            ms = ms(done),
+            draft_ms = ms(drafted),
+            forward_ms = ms(forwarded - drafted),
+            verify_ms = ms(verified - forwarded),
+            "decode step"
+        );
+        if let Some(guess) = shadow {
+            self.policy.observe_shadow(guess == verdict.bonus);
+        }
+        // The policy times plain decoding without the shadow's pass.
+        let shadow_time = shadow.map_or(Duration::ZERO, |_| drafted);
+        self.policy
+            .observe(kind, (done - shadow_time).as_secs_f64(), emitted.len());
     }
 
     fn hand_back(self, engine: &Engine, request: &Request, stats: &Stats) {
@@ -463,46 +523,23 @@ pub(crate) fn run(
         let last = *verdict.accepted.last().unwrap_or(&0);
         last_hidden = hidden.slice([last..last + 1]);
         root = verdict.bonus;
-        let depth = verdict.accepted.len() - 1;
-        accepted_per_head
-            .iter_mut()
-            .take(depth)
-            .for_each(|a| *a += 1);
         let mut emitted: Vec<u32> = verdict.accepted[1..].iter().map(|&i| tokens[i]).collect();
         emitted.push(root);
         // 4. Learn: what the tree yielded, and the step's time for the policy.
-        stats.steps += 1;
-        stats.verified_nodes += tokens.len();
-        let kind = if step_spec.is_some() {
-            stats.speculative_steps += 1;
-            if let Some(c) = &choice {
-                stats.lookup_tokens += learnt.observe(c, tokens.len(), &verdict, &emitted);
-            }
-            StepKind::Speculative
-        } else {
-            StepKind::Plain
+        let kind = match step_spec {
+            Some(_) => StepKind::Speculative,
+            None => StepKind::Plain,
         };
-        let seconds = step_start.elapsed().as_secs_f64();
-        tracing::debug!(
-            step = stats.steps,
-            ?kind,
-            nodes = tokens.len(),
-            lookup = ?choice.as_ref().and_then(|c| c.lookup.as_ref()).map(|(c, held)| (c.matched, *held)),
-            emitted = emitted.len(),
-            ms = seconds * 1e3,
-            draft_ms = drafted.as_secs_f64() * 1e3,
-            forward_ms = (forwarded - drafted).as_secs_f64() * 1e3,
-            verify_ms = (verified - forwarded).as_secs_f64() * 1e3,
-            "decode step"
-        );
-        if let Some(guess) = shadow {
-            learnt.policy.observe_shadow(guess == verdict.bonus);
-        }
-        // The policy times plain decoding without the shadow's pass.
-        let shadow_s = shadow.map_or(0.0, |_| drafted.as_secs_f64());
-        learnt
-            .policy
-            .observe(kind, seconds - shadow_s, emitted.len());
+        let step = StepRecord {
+            kind,
+            nodes: tokens.len(),
+            choice: choice.as_ref(),
+            verdict: &verdict,
+            emitted: &emitted,
+            shadow,
+            times: [drafted, forwarded, verified, step_start.elapsed()],
+        };
+        learnt.record(&mut stats, &mut accepted_per_head, step);
         reason = progress.push(&emitted, true, &mut on_tokens)?;
     }
     stats.decode_ms = t1.elapsed().as_secs_f64() * 1e3;
