@@ -21,9 +21,8 @@
 //! hd contiguous key rows scaled by q's components, and `out[i]` a sum of value rows:
 //! both loops run along contiguous memory without horizontal sums.
 
-use rayon::prelude::*;
-
 use crate::kernels::math::exp;
+use crate::kernels::pool;
 
 /// Shapes of one layer's attention on the host.
 #[derive(Debug, Clone, Copy)]
@@ -64,35 +63,32 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], a: HostAttn, bias: Option<&[f3
     let group = n_heads / n_kv_heads;
     let scale = (hd as f32).powf(-0.5);
     let wide = wide_loops(hd);
-    let units = units(n_heads, group, rayon::current_num_threads());
+    let units = units(n_heads, group, pool::threads());
     // Per unit: [heads, T, hd].
-    let per_unit: Vec<Vec<f32>> = units
-        .par_iter()
-        .map(|&(h0, heads)| {
-            let g = h0 / group;
-            let rows = Rows {
-                q: &q[h0 * t * hd..(h0 + heads) * t * hd],
-                keys: &k[g * hd * capacity..(g + 1) * hd * capacity],
-                values: &v[g * capacity * hd..(g * capacity + s) * hd],
-                capacity,
-                bias,
-                t,
-                s,
-                hd,
-                scale,
-                wide,
-            };
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                // SAFETY: the CPU supports AVX2 and FMA (checked just above); the code is
-                // safe Rust compiled with those features.
-                return unsafe { rows.run_avx2() };
-            }
-            rows.run::<false>()
-        })
-        .collect();
+    let per_unit: Vec<Vec<f32>> = pool::map(units.len(), |u| {
+        let (h0, heads) = units[u];
+        let g = h0 / group;
+        let rows = Rows {
+            q: &q[h0 * t * hd..(h0 + heads) * t * hd],
+            keys: &k[g * hd * capacity..(g + 1) * hd * capacity],
+            values: &v[g * capacity * hd..(g * capacity + s) * hd],
+            capacity,
+            bias,
+            t,
+            s,
+            hd,
+            scale,
+            wide,
+        };
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above); the code is
+            // safe Rust compiled with those features.
+            return unsafe { rows.run_avx2() };
+        }
+        rows.run::<false>()
+    });
     // [heads, T, hd] per unit -> [T, n_heads * hd]
     let mut out = vec![0.0f32; t * n_heads * hd];
     for (&(h0, heads), o) in units.iter().zip(&per_unit) {

@@ -25,7 +25,6 @@
 //!
 //! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul.
 
-use rayon::prelude::*;
 use std::sync::Arc;
 
 /// Makes the calling thread one of rayon's global pool, which the kernels' parallel loops
@@ -198,12 +197,10 @@ impl HostWeight {
         assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
         let block = block_rows(out);
         let mut yt = vec![0.0f32; out * m]; // [out, m]: each block owns a contiguous chunk
-        yt.par_chunks_mut(block * m)
-            .enumerate()
-            .for_each(|(b, chunk)| {
-                let rows = b * block..(b * block + chunk.len() / m);
-                self.w.rows_times_x(inn, rows, x, m, chunk);
-            });
+        pool::for_each_chunk(&mut yt, block * m, |b, chunk| {
+            let rows = b * block..(b * block + chunk.len() / m);
+            self.w.rows_times_x(inn, rows, x, m, chunk);
+        });
         // [out, m] -> [m, out]
         let mut y = vec![0.0f32; m * out];
         for (o, col) in yt.chunks_exact(m).enumerate() {
@@ -247,21 +244,17 @@ impl HostWeight {
         let (out, inn) = (self.out, self.inn);
         let block = block_rows(out);
         // Per block: (value, index) of each activation row's maximum over the block.
-        let bests: Vec<Vec<(f32, u32)>> = (0..out.div_ceil(block))
-            .into_par_iter()
-            .map_init(Vec::new, |yt: &mut Vec<f32>, b| {
-                let rows = b * block..((b + 1) * block).min(out);
-                yt.clear();
-                yt.resize(rows.len() * m, 0.0); // [rows, m]
-                self.w.rows_times_x(inn, rows.clone(), x, m, yt);
-                (0..m)
-                    .map(|i| {
-                        let col = yt.iter().skip(i).step_by(m);
-                        first_max(rows.clone().zip(col.copied()))
-                    })
-                    .collect()
-            })
-            .collect();
+        let bests: Vec<Vec<(f32, u32)>> = pool::map(out.div_ceil(block), |b| {
+            let rows = b * block..((b + 1) * block).min(out);
+            let mut yt = vec![0.0f32; rows.len() * m]; // [rows, m]
+            self.w.rows_times_x(inn, rows.clone(), x, m, &mut yt);
+            (0..m)
+                .map(|i| {
+                    let col = yt.iter().skip(i).step_by(m);
+                    first_max(rows.clone().zip(col.copied()))
+                })
+                .collect()
+        });
         (0..m)
             .map(|i| first_max(bests.iter().map(|b| (b[i].1 as usize, b[i].0))).1)
             .collect()
@@ -285,7 +278,7 @@ fn first_max(mut it: impl Iterator<Item = (usize, f32)>) -> (f32, u32) {
 
 /// Output rows per parallel block: a few blocks per thread so uneven blocks even out.
 fn block_rows(out: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
+    let threads = pool::threads();
     out.div_ceil(threads * 4).clamp(16, 256).next_multiple_of(2)
 }
 
@@ -442,6 +435,7 @@ mod half_kernel;
 pub(crate) mod math;
 #[cfg(target_arch = "x86_64")]
 mod pick;
+pub(crate) mod pool;
 pub use math::silu_times;
 
 #[cfg(test)]
