@@ -26,6 +26,7 @@
 //! that activation row.
 
 use super::{Blocks, Q8};
+use crate::kernels::pool;
 use rayon::prelude::*;
 use std::arch::x86_64::*;
 
@@ -229,29 +230,27 @@ impl Blocks {
             // Stage 1, in parallel blocks of weight rows: each estimate's upper bound
             // `A_r + B_r` [out, g], and the largest lower bound `A_r − B_r` per row of x.
             let block = 256;
-            let mut high = vec![0.0f32; out * g];
-            let low = high
-                .par_chunks_mut(block * g)
-                .enumerate()
-                .map(|(c, chunk)| {
-                    let rows = c * block..c * block + chunk.len() / g;
-                    // SAFETY: the caller checked `available`.
-                    unsafe { estimate_group(b, inn / 32, rows.clone(), &xq, chunk) };
-                    let mut low = vec![f32::NEG_INFINITY; g];
-                    for (r, est) in rows.zip(chunk.chunks_exact_mut(g)) {
-                        for (i, e) in est.iter_mut().enumerate() {
-                            let value = scale[i] * (*e - stats.offset[r]);
-                            let bound = stats.l1[r] * slack[i];
-                            low[i] = low[i].max(value - bound);
-                            *e = value + bound;
-                        }
+            // Per block: its rows' upper bounds [rows, g] and its largest lower bounds [g].
+            let parts: Vec<(Vec<f32>, Vec<f32>)> = pool::map(out.div_ceil(block), |c| {
+                let rows = c * block..((c + 1) * block).min(out);
+                let mut chunk = vec![0.0f32; rows.len() * g];
+                // SAFETY: the caller checked `available`.
+                unsafe { estimate_group(b, inn / 32, rows.clone(), &xq, &mut chunk) };
+                let mut low = vec![f32::NEG_INFINITY; g];
+                for (r, est) in rows.zip(chunk.chunks_exact_mut(g)) {
+                    for (i, e) in est.iter_mut().enumerate() {
+                        let value = scale[i] * (*e - stats.offset[r]);
+                        let bound = stats.l1[r] * slack[i];
+                        low[i] = low[i].max(value - bound);
+                        *e = value + bound;
                     }
-                    low
-                })
-                .reduce(
-                    || vec![f32::NEG_INFINITY; g],
-                    |a, b| a.iter().zip(&b).map(|(x, y)| x.max(*y)).collect(),
-                );
+                }
+                (chunk, low)
+            });
+            let high: Vec<f32> = parts.iter().flat_map(|(h, _)| h.iter().copied()).collect();
+            let low = parts.iter().fold(vec![f32::NEG_INFINITY; g], |a, (_, b)| {
+                a.iter().zip(b).map(|(x, y)| x.max(*y)).collect()
+            });
             // Stage 2: the exact values of the rows that can reach the lower bound.
             for (i, &(j, _)) in group.iter().enumerate() {
                 let candidates = high
