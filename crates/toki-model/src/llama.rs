@@ -112,6 +112,9 @@ pub struct DecoderLayer {
     attn: Attention,
     mlp_norm: RmsNorm,
     mlp: Mlp,
+    /// Host copies of the two norms' gains, where the projections have host copies.
+    #[module(skip)]
+    host_norms: Option<[Vec<f32>; 2]>,
 }
 
 /// The base model's weights.
@@ -272,15 +275,21 @@ impl LlamaModel {
                     c.mlp_bias,
                 )?,
             };
+            let attn_norm = ld.norm(&format!("{p}.input_layernorm.weight"), d, c.rms_norm_eps)?;
+            let mlp_norm = ld.norm(
+                &format!("{p}.post_attention_layernorm.weight"),
+                d,
+                c.rms_norm_eps,
+            )?;
+            let host_norms = ld
+                .host
+                .then(|| [&attn_norm, &mlp_norm].map(|n| host_vec(n.gamma.val())));
             layers.push(DecoderLayer {
-                attn_norm: ld.norm(&format!("{p}.input_layernorm.weight"), d, c.rms_norm_eps)?,
+                attn_norm,
                 attn,
-                mlp_norm: ld.norm(
-                    &format!("{p}.post_attention_layernorm.weight"),
-                    d,
-                    c.rms_norm_eps,
-                )?,
+                mlp_norm,
                 mlp,
+                host_norms,
             });
         }
         let norm = ld.norm("model.norm.weight", d, c.rms_norm_eps)?;
@@ -312,6 +321,7 @@ impl LlamaModel {
     pub fn without_host_kernels(mut self) -> Self {
         self.lm_head_host = None;
         for l in &mut self.layers {
+            l.host_norms = None;
             for p in [
                 &mut l.attn.q,
                 &mut l.attn.k,
@@ -424,6 +434,24 @@ impl LlamaModel {
             },
             None => AttnPath::Burn(bias.as_ref()),
         };
+        // Every layer on host rows where all have host weights: one read-back of the
+        // embeddings, no tensor op between the layers.
+        if let Some(rope) = &host_rope
+            && let Some(hosts) = self
+                .layers
+                .iter()
+                .map(|l| l.host_layer())
+                .collect::<Option<Vec<_>>>()
+        {
+            let d = self.config.hidden_size;
+            let mut x = host_vec(self.embed(tokens)); // [T, D]
+            for (i, (layer, w)) in self.layers.iter().zip(&hosts).enumerate() {
+                layer.rows(w, &mut x, t, rope, host_bias.as_deref(), cache, i);
+            }
+            cache.advance(t);
+            let x = Tensor::from_data(TensorData::new(x, [t, d]), &self.device());
+            return self.norm.forward(x);
+        }
         //  Activations stay 2-D [T, D]: a 2-D matmul uses the transposed weight view as it
         // is, where a batched one would first copy the weight to contiguous memory.
         let mut x = self.embed(tokens); // [T, D]

@@ -11,7 +11,7 @@
 
 use burn::tensor::{Tensor, TensorData};
 
-use super::{Attention, Mlp, Proj};
+use super::{Attention, DecoderLayer, Mlp, Proj};
 use crate::attention::{HostAttn, attention};
 use crate::cache::{KvCache, host_vec};
 use crate::kernels::{HostWeight, silu_times};
@@ -80,27 +80,42 @@ impl Attention {
         cache: &mut KvCache,
         layer: usize,
     ) -> Option<Tensor<2>> {
-        let (wq, wk, wv, wo) = (
+        let w = [
             host(&self.q)?,
             host(&self.k)?,
             host(&self.v)?,
             host(&self.o)?,
-        );
+        ];
         let [t, _] = x.dims();
+        let y = self.rows(w, &host_vec(x.clone()), t, rope, bias, cache, layer);
+        Some(Tensor::from_data(
+            TensorData::new(y, [t, w[3].out_features()]),
+            &x.device(),
+        ))
+    }
+
+    /// [`Attention::forward_host`] on host rows `xv` [T, D] with the projections' host
+    /// copies `[q, k, v, o]`: [T, D].
+    #[allow(clippy::too_many_arguments)]
+    fn rows(
+        &self,
+        [wq, wk, wv, wo]: [&HostWeight; 4],
+        xv: &[f32],
+        t: usize,
+        rope: &HostRope,
+        bias: Option<&[f32]>,
+        cache: &mut KvCache,
+        layer: usize,
+    ) -> Vec<f32> {
         let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
-        let xv = host_vec(x.clone()); // [T, D]
-        let (mut q, mut k) = (wq.matmul(&xv, t), wk.matmul(&xv, t)); // [T, nh / nkv, hd]
-        let v = wv.matmul(&xv, t); // [T, nkv, hd]
+        let (mut q, mut k) = (wq.matmul(xv, t), wk.matmul(xv, t)); // [T, nh / nkv, hd]
+        let v = wv.matmul(xv, t); // [T, nkv, hd]
         rope.apply(&mut q, t, hd);
         rope.apply(&mut k, t, hd);
         let (k, v) = (heads_first(&k, t, nkv, hd), heads_first(&v, t, nkv, hd));
         let q = heads_first(&q, t, nh, hd);
         let out = self.attend(&q, &k, &v, bias, cache, layer); // [T, nh * hd]
-        let y = wo.matmul(&out, t); // [T, D]
-        Some(Tensor::from_data(
-            TensorData::new(y, [t, wo.out_features()]),
-            &x.device(),
-        ))
+        wo.matmul(&out, t) // [T, D]
     }
 
     /// Appends the keys and values `k`, `v` [nkv, T, hd] of T new tokens to the host
@@ -134,14 +149,76 @@ impl Mlp {
     /// x [T, D] -> [T, D] on host vectors; `None` where a projection has no host copy or
     /// has a bias.
     pub(super) fn forward_host(&self, x: &Tensor<2>) -> Option<Tensor<2>> {
-        let (gate, up, down) = (host(&self.gate)?, host(&self.up)?, host(&self.down)?);
+        let w = [host(&self.gate)?, host(&self.up)?, host(&self.down)?];
         let [t, _] = x.dims();
-        let xv = host_vec(x.clone()); // [T, D]
-        let h = silu_times(&gate.matmul(&xv, t), &up.matmul(&xv, t)); // [T, F]
-        let y = down.matmul(&h, t); // [T, D]
+        let y = Self::rows(w, &host_vec(x.clone()), t);
         Some(Tensor::from_data(
-            TensorData::new(y, [t, down.out_features()]),
+            TensorData::new(y, [t, w[2].out_features()]),
             &x.device(),
         ))
     }
+
+    /// [`Mlp::forward_host`] on host rows `xv` [T, D] with the host copies
+    /// `[gate, up, down]`: [T, D].
+    fn rows([gate, up, down]: [&HostWeight; 3], xv: &[f32], t: usize) -> Vec<f32> {
+        let h = silu_times(&gate.matmul(xv, t), &up.matmul(xv, t)); // [T, F]
+        down.matmul(&h, t) // [T, D]
+    }
+}
+
+/// A decoder layer's weights on the host, borrowed for one forward pass.
+pub(super) struct HostLayer<'a> {
+    attn: [&'a HostWeight; 4],
+    mlp: [&'a HostWeight; 3],
+    /// The two norms' gains [D] and epsilon.
+    norms: &'a [Vec<f32>; 2],
+    eps: f64,
+}
+
+impl DecoderLayer {
+    /// Its host weights; `None` where a projection has no host copy or has a bias, or the
+    /// norms have no host copy.
+    pub(super) fn host_layer(&self) -> Option<HostLayer<'_>> {
+        let (a, m) = (&self.attn, &self.mlp);
+        Some(HostLayer {
+            attn: [host(&a.q)?, host(&a.k)?, host(&a.v)?, host(&a.o)?],
+            mlp: [host(&m.gate)?, host(&m.up)?, host(&m.down)?],
+            norms: self.host_norms.as_ref()?,
+            eps: self.attn_norm.epsilon,
+        })
+    }
+
+    /// The layer on host rows `x` [T, D], in place: x += attn(norm(x)); x += mlp(norm(x)).
+    /// Row by row, so a row's result does not depend on the others.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rows(
+        &self,
+        w: &HostLayer<'_>,
+        x: &mut [f32],
+        t: usize,
+        rope: &HostRope,
+        bias: Option<&[f32]>,
+        cache: &mut KvCache,
+        layer: usize,
+    ) {
+        let h = rms_norm(x, &w.norms[0], w.eps);
+        let a = self.attn.rows(w.attn, &h, t, rope, bias, cache, layer);
+        x.iter_mut().zip(&a).for_each(|(x, a)| *x += a);
+        let h = rms_norm(x, &w.norms[1], w.eps);
+        let m = Mlp::rows(w.mlp, &h, t);
+        x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
+    }
+}
+
+/// RMSNorm of each row of `x` [T, D] with gain `gamma` [D], as Burn's `RmsNorm`:
+/// `x / sqrt(mean(x²) + eps) · gamma` (the mean summed in order, in f32).
+pub(super) fn rms_norm(x: &[f32], gamma: &[f32], eps: f64) -> Vec<f32> {
+    let d = gamma.len();
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(d) {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let rms = (ms + eps as f32).sqrt();
+        out.extend(row.iter().zip(gamma).map(|(v, g)| v / rms * g));
+    }
+    out
 }
