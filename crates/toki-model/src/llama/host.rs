@@ -8,6 +8,10 @@
 //! ops each (every op on flex allocates its result and pays a dispatch, whatever its
 //! size). RoPE takes the same products and sums in the same order as [`RopeAt::apply`]
 //! (bit-identical); SiLU is [`silu_times`] (not bit-identical to Burn's, within 1e-6).
+//!
+//! Where every layer has host weights (the norms' gains too, copied at load), the whole
+//! layer stack runs on host rows ([`DecoderLayer::rows`]): RMSNorm ([`rms_norm`], Burn's
+//! formula), the blocks and the residual adds, with no tensor op between the layers.
 
 use burn::tensor::{Tensor, TensorData};
 
