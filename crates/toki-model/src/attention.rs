@@ -119,7 +119,7 @@ fn units(n_heads: usize, group: usize, threads: usize) -> Vec<(usize, usize)> {
 fn wide_loops(hd: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        hd % B == 0 && crate::kernels::has_avx512()
+        hd.is_multiple_of(B) && crate::kernels::has_avx512()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

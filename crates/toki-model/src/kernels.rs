@@ -35,16 +35,20 @@ use std::sync::Arc;
 /// per CPU, and at least 2, so that loops started on other threads still run. Fails when
 /// the global pool exists already.
 pub fn join_rayon_pool() -> Result<(), rayon::ThreadPoolBuildError> {
-    let threads = std::env::var("RAYON_NUM_THREADS")
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(configured_threads().max(2))
+        .use_current_thread()
+        .build_global()
+}
+
+/// Threads for parallel work: `RAYON_NUM_THREADS`, else one per CPU (1 where unknown).
+pub(crate) fn configured_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
         .ok()
         .and_then(|s| s.parse::<usize>().ok())
         .filter(|&n| n > 0)
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-        .unwrap_or(2);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(2))
-        .use_current_thread()
-        .build_global()
+        .unwrap_or(1)
 }
 
 /// Greedy picks of one size (1, 2, 3-4, 5+ rows) after which the lm_head's arg-max has

@@ -31,6 +31,7 @@ macro_rules! by_rows {
 /// `p[r * s + j0 + l] = scale · Σ_c q[r * hd + c] · keys[c * capacity + j0 + l]`, l < 64.
 /// `q` [R, hd]; `keys` [hd, capacity] (transposed); `p` [R, s].
 #[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn scores(
     q: &[f32],
     hd: usize,
@@ -64,19 +65,9 @@ unsafe fn scores_r<const R: usize>(
     s: usize,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
-    for c in 0..hd {
-        // SAFETY: row c of the keys holds j0 + 64 <= capacity floats (asserted by `scores`).
-        let k: [__m512; 4] = std::array::from_fn(|l| unsafe {
-            _mm512_loadu_ps(keys.as_ptr().add(c * capacity + j0 + 16 * l))
-        });
-        for (r, a) in acc.iter_mut().enumerate() {
-            // SAFETY: q holds R rows of hd floats (asserted by `scores`).
-            let b = _mm512_set1_ps(unsafe { *q.as_ptr().add(r * hd + c) });
-            for l in 0..4 {
-                a[l] = _mm512_fmadd_ps(b, k[l], a[l]);
-            }
-        }
-    }
+    // SAFETY: q holds R rows of hd floats and row c < hd of the keys j0 + 64 <= capacity
+    // (asserted by `scores`).
+    unsafe { weighted_rows(q, hd, keys, capacity, j0, hd, &mut acc) };
     let sc = _mm512_set1_ps(scale);
     for (r, a) in acc.iter().enumerate() {
         for (l, v) in a.iter().enumerate() {
@@ -87,6 +78,40 @@ unsafe fn scores_r<const R: usize>(
                     _mm512_mul_ps(*v, sc),
                 )
             };
+        }
+    }
+}
+
+/// `acc[r][lane] += Σ_i w[r * w_stride + i] · rows[i * stride + at + lane]` for i < n, in
+/// order of i, one fused multiply-add each: each loaded 64-float row meets all R rows.
+/// Scores: w = queries (i = component), rows = transposed keys. Values: w = probabilities
+/// (i = key), rows = values.
+///
+/// # Safety
+/// `w` must hold R rows of `w_stride >= n` floats and `rows` n rows from `at` of 64 floats
+/// `stride` apart; the CPU must have AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn weighted_rows<const R: usize>(
+    w: &[f32],
+    w_stride: usize,
+    rows: &[f32],
+    stride: usize,
+    at: usize,
+    n: usize,
+    acc: &mut [[__m512; 4]; R],
+) {
+    for i in 0..n {
+        // SAFETY: row i holds 64 floats from `at` (the caller's guarantee).
+        let v: [__m512; 4] = std::array::from_fn(|l| unsafe {
+            _mm512_loadu_ps(rows.as_ptr().add(i * stride + at + 16 * l))
+        });
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: w holds R rows of w_stride > i floats (the caller's guarantee).
+            let b = _mm512_set1_ps(unsafe { *w.as_ptr().add(r * w_stride + i) });
+            for l in 0..4 {
+                a[l] = _mm512_fmadd_ps(b, v[l], a[l]);
+            }
         }
     }
 }
@@ -127,18 +152,8 @@ unsafe fn values_r<const R: usize>(
     let mut acc: [[__m512; 4]; R] = std::array::from_fn(|r| {
         std::array::from_fn(|l| unsafe { _mm512_loadu_ps(out.as_ptr().add(r * hd + c0 + 16 * l)) })
     });
-    for j in 0..s {
-        let v: [__m512; 4] = std::array::from_fn(|l| unsafe {
-            _mm512_loadu_ps(values.as_ptr().add(j * hd + c0 + 16 * l))
-        });
-        for (r, a) in acc.iter_mut().enumerate() {
-            // SAFETY: p holds R rows of s floats (asserted by `values`).
-            let b = _mm512_set1_ps(unsafe { *p.as_ptr().add(r * s + j) });
-            for l in 0..4 {
-                a[l] = _mm512_fmadd_ps(b, v[l], a[l]);
-            }
-        }
-    }
+    // SAFETY: p holds R rows of s floats (asserted by `values`).
+    unsafe { weighted_rows(p, s, values, hd, c0, s, &mut acc) };
     for (r, a) in acc.iter().enumerate() {
         for (l, v) in a.iter().enumerate() {
             unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(r * hd + c0 + 16 * l), *v) };

@@ -57,12 +57,7 @@ struct Pool {
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let threads = std::env::var("RAYON_NUM_THREADS")
-            .ok()
-            .and_then(|s| s.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-            .unwrap_or(1);
+        let threads = super::configured_threads();
         let shared = Arc::new(Shared {
             epoch: AtomicUsize::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
@@ -205,7 +200,7 @@ fn work(s: &Shared, w: usize) {
         while s.epoch.load(SeqCst) == seen {
             std::hint::spin_loop();
             spins = spins.wrapping_add(1);
-            if spins % 256 == 0 && since.elapsed() > SPIN {
+            if spins.is_multiple_of(256) && since.elapsed() > SPIN {
                 s.parked[w].store(true, SeqCst);
                 if s.epoch.load(SeqCst) == seen {
                     std::thread::park();
