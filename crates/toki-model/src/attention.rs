@@ -102,9 +102,10 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], a: HostAttn, bias: Option<&[f3
 }
 
 /// Runs of query heads `(first, count)` that share a kv head, cut also at every
-/// `⌈n_heads / threads⌉` heads so that each thread gets about the same number: a run
-/// reads its kv head's keys and values once for all its heads (9 heads over 3 kv heads
-/// and 2 threads: 3 + 2 | 1 + 3).
+/// `⌈n_heads / threads⌉` heads: a run reads its kv head's keys and values once for all
+/// its heads, and runs no longer than a thread's share let the threads, claiming them one
+/// at a time, finish close together (9 heads over 3 kv heads and 2 threads: runs of 3, 2,
+/// 1 and 3 heads).
 fn units(n_heads: usize, group: usize, threads: usize) -> Vec<(usize, usize)> {
     let share = n_heads.div_ceil(threads.max(1)).max(1);
     let group = group.max(1);
@@ -164,14 +165,28 @@ impl Rows<'_> {
     /// `mul_add` is a slow library call).
     #[inline(always)]
     fn run<const FMA: bool>(&self) -> Vec<f32> {
-        let (t, s, hd) = (self.t, self.s, self.hd);
+        let mut p = self.scores::<FMA>(); // [R, S]
+        self.softmax::<FMA>(&mut p);
+        self.weighted_values::<FMA>(&p)
+    }
+
+    /// Whether this run takes the AVX-512 loops (`wide`, and compiled with FMA).
+    #[inline(always)]
+    fn takes_avx512<const FMA: bool>(&self) -> bool {
+        cfg!(target_arch = "x86_64") && FMA && self.wide
+    }
+
+    /// Scaled scores `p` [R, S]: blocks of B keys, each row's B scores in registers over
+    /// the hd components.
+    #[inline(always)]
+    fn scores<const FMA: bool>(&self) -> Vec<f32> {
+        let (s, hd) = (self.s, self.hd);
         let rows = self.q.len() / hd;
         let mut p = vec![0.0f32; rows * s]; // [R, S]
-        // Blocks of B keys: each row's B scores stay in registers over the hd components.
         for j0 in (0..s).step_by(B) {
             let w = B.min(s - j0);
             #[cfg(target_arch = "x86_64")]
-            if FMA && self.wide && w == B {
+            if self.takes_avx512::<FMA>() && w == B {
                 for r0 in (0..rows).step_by(avx512::ROWS) {
                     let r1 = (r0 + avx512::ROWS).min(rows);
                     let q = &self.q[r0 * hd..r1 * hd];
@@ -185,41 +200,46 @@ impl Rows<'_> {
             for (r, row) in p.chunks_exact_mut(s).enumerate() {
                 let qi = &self.q[r * hd..(r + 1) * hd];
                 let mut acc = [0.0f32; B];
-                #[cfg(target_arch = "x86_64")]
-                if FMA && w == B {
-                    // SAFETY: FMA is only set where the CPU has AVX2 and FMA (`run_avx2`);
-                    // the keys hold hd rows of `capacity` >= j0 + B.
-                    unsafe { x86::weighted_sum(qi, self.keys, self.capacity, j0, &mut acc) };
-                    row[j0..j0 + w]
-                        .iter_mut()
-                        .zip(&acc)
-                        .for_each(|(x, a)| *x = a * self.scale);
-                    continue;
-                }
-                for (c, &qc) in qi.iter().enumerate() {
-                    let kc = &self.keys[c * self.capacity + j0..c * self.capacity + j0 + w];
-                    axpy::<FMA>(&mut acc, qc, kc);
-                }
+                self.score_block::<FMA>(qi, j0, w, &mut acc);
                 row[j0..j0 + w]
                     .iter_mut()
                     .zip(&acc)
                     .for_each(|(x, a)| *x = a * self.scale);
             }
         }
+        p
+    }
+
+    /// `acc[l] = Σ_c qi[c] · keys[c][j0 + l]`, l < w (one row's block of scores, unscaled).
+    #[inline(always)]
+    fn score_block<const FMA: bool>(&self, qi: &[f32], j0: usize, w: usize, acc: &mut [f32; B]) {
         #[cfg(target_arch = "x86_64")]
-        let softmaxed = FMA && self.wide;
-        #[cfg(not(target_arch = "x86_64"))]
-        let softmaxed = false;
+        if FMA && w == B {
+            // SAFETY: FMA is only set where the CPU has AVX2 and FMA (`run_avx2`); the keys
+            // hold hd rows of `capacity` >= j0 + B.
+            unsafe { x86::weighted_sum(qi, self.keys, self.capacity, j0, acc) };
+            return;
+        }
+        for (c, &qc) in qi.iter().enumerate() {
+            axpy::<FMA>(acc, qc, &self.keys[c * self.capacity + j0..][..w]);
+        }
+    }
+
+    /// Each row of `p` [R, S] plus its token's bias row, then softmax, in place.
+    #[inline(always)]
+    fn softmax<const FMA: bool>(&self, p: &mut [f32]) {
+        let (t, s) = (self.t, self.s);
         #[cfg(target_arch = "x86_64")]
-        if softmaxed {
-            for r0 in (0..rows).step_by(avx512::ROWS) {
-                let r1 = (r0 + avx512::ROWS).min(rows);
+        if self.takes_avx512::<FMA>() {
+            for r0 in (0..p.len() / s).step_by(avx512::ROWS) {
+                let r1 = (r0 + avx512::ROWS).min(p.len() / s);
                 let bias = self.bias.map(|b| (b, r0, t));
-                // SAFETY: as above.
+                // SAFETY: as in `scores`.
                 unsafe { avx512::softmax(&mut p[r0 * s..r1 * s], s, bias) };
             }
+            return;
         }
-        for (r, row) in p.chunks_exact_mut(s).enumerate().filter(|_| !softmaxed) {
+        for (r, row) in p.chunks_exact_mut(s).enumerate() {
             if let Some(b) = self.bias {
                 let i = r % t;
                 row.iter_mut()
@@ -231,21 +251,29 @@ impl Rows<'_> {
             let inv = 1.0 / row.iter().sum::<f32>();
             row.iter_mut().for_each(|x| *x *= inv);
         }
+    }
+
+    /// `Σ_j p[r][j] v[j]` for each row of the probabilities `p` [R, S]: [R, hd].
+    ///
+    /// Each row's sums run in one chain of multiply-adds over all keys in order, and a
+    /// hidden key adds 0·v, which changes nothing: a token's output does not depend on
+    /// where the blocks fall, on the hidden keys around the ones it sees, or on the other
+    /// rows computed with it, so a tree node attends bit for bit as plain decoding does
+    /// at its position.
+    #[inline(always)]
+    fn weighted_values<const FMA: bool>(&self, p: &[f32]) -> Vec<f32> {
+        let (s, hd) = (self.s, self.hd);
+        let rows = p.len() / s;
         let mut out = vec![0.0f32; rows * hd]; // [R, hd]
-        // Each row's sums run in one chain of multiply-adds over all keys in order, and a
-        // hidden key adds 0·v, which changes nothing: a token's output does not depend on
-        // where the blocks fall, on the hidden keys around the ones it sees, or on the other
-        // rows computed with it, so a tree node attends bit for bit as plain decoding does
-        // at its position.
         #[cfg(target_arch = "x86_64")]
-        if FMA && self.wide {
+        if self.takes_avx512::<FMA>() {
             // All value rows at once for up to six rows: B columns at a time.
             let values = &self.values[..s * hd];
             for r0 in (0..rows).step_by(avx512::ROWS) {
                 let r1 = (r0 + avx512::ROWS).min(rows);
                 for c0 in (0..hd).step_by(B) {
                     let (pr, o) = (&p[r0 * s..r1 * s], &mut out[r0 * hd..r1 * hd]);
-                    // SAFETY: as above.
+                    // SAFETY: as in `scores`.
                     unsafe { avx512::values(pr, s, values, hd, c0, o) };
                 }
             }
@@ -254,7 +282,7 @@ impl Rows<'_> {
         // Blocks of B output columns, kept in registers over a block of VB value rows; each
         // block's sums go on from the previous block's.
         for j0 in (0..s).step_by(VB) {
-            let rows = &self.values[j0 * hd..(j0 + VB).min(s) * hd];
+            let block = &self.values[j0 * hd..(j0 + VB).min(s) * hd];
             for (i, o) in out.chunks_exact_mut(hd).enumerate() {
                 let pi = &p[i * s + j0..(i + 1) * s];
                 for c0 in (0..hd).step_by(B) {
@@ -263,13 +291,13 @@ impl Rows<'_> {
                     acc[..w].copy_from_slice(&o[c0..c0 + w]);
                     #[cfg(target_arch = "x86_64")]
                     if FMA && w == B {
-                        let n = (rows.len() / hd).min(pi.len());
-                        // SAFETY: as above; `rows` holds n rows of hd >= c0 + B values.
-                        unsafe { x86::weighted_sum(&pi[..n], rows, hd, c0, &mut acc) };
+                        let n = (block.len() / hd).min(pi.len());
+                        // SAFETY: as in `scores`; `block` holds n rows of hd >= c0 + B.
+                        unsafe { x86::weighted_sum(&pi[..n], block, hd, c0, &mut acc) };
                         o[c0..c0 + w].copy_from_slice(&acc);
                         continue;
                     }
-                    for (vr, &pj) in rows.chunks_exact(hd).zip(pi) {
+                    for (vr, &pj) in block.chunks_exact(hd).zip(pi) {
                         axpy::<FMA>(&mut acc, pj, &vr[c0..c0 + w]);
                     }
                     o[c0..c0 + w].copy_from_slice(&acc[..w]);

@@ -250,16 +250,23 @@ impl HostWeight {
         let (out, inn) = (self.out, self.inn);
         let block = block_rows(out);
         // Per block: (value, index) of each activation row's maximum over the block.
+        thread_local! {
+            /// Each thread's block of products, kept between calls (one per step).
+            static YT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         let bests: Vec<Vec<(f32, u32)>> = pool::map(out.div_ceil(block), |b| {
             let rows = b * block..((b + 1) * block).min(out);
-            let mut yt = vec![0.0f32; rows.len() * m]; // [rows, m]
-            self.w.rows_times_x(inn, rows.clone(), x, m, &mut yt);
-            (0..m)
-                .map(|i| {
-                    let col = yt.iter().skip(i).step_by(m);
-                    first_max(rows.clone().zip(col.copied()))
-                })
-                .collect()
+            YT.with_borrow_mut(|yt| {
+                yt.clear();
+                yt.resize(rows.len() * m, 0.0); // [rows, m]
+                self.w.rows_times_x(inn, rows.clone(), x, m, yt);
+                (0..m)
+                    .map(|i| {
+                        let col = yt.iter().skip(i).step_by(m);
+                        first_max(rows.clone().zip(col.copied()))
+                    })
+                    .collect()
+            })
         });
         (0..m)
             .map(|i| first_max(bests.iter().map(|b| (b[i].1 as usize, b[i].0))).1)

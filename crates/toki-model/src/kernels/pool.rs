@@ -17,7 +17,7 @@
 //! loop started inside a task) runs its tasks itself, in order.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -100,9 +100,14 @@ pub(crate) fn threads() -> usize {
 /// have run.
 pub(crate) fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
     let pool = pool();
+    if n < 2 || pool.workers.is_empty() {
+        return (0..n).for_each(f);
+    }
+    // The lock guards no data: a loop whose task panicked leaves it usable.
     let guard = match pool.busy.try_lock() {
-        Ok(g) if n > 1 && !pool.workers.is_empty() => g,
-        _ => return (0..n).for_each(f),
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => return (0..n).for_each(f),
     };
     let s = &*pool.shared;
     let job = Job { f, n };
@@ -141,35 +146,50 @@ impl Drop for Finish<'_> {
     }
 }
 
-/// `f(i, chunk i)` for the chunks of `len` items of `items` (the last may be shorter), on
-/// the pool.
+/// `[f(0, chunk 0), f(1, chunk 1), ..]` for the chunks of `len` items of `items` (the last
+/// may be shorter), computed on the pool.
+pub(crate) fn map_chunks<T: Send, R: Send>(
+    items: &mut [T],
+    len: usize,
+    f: impl Fn(usize, &mut [T]) -> R + Sync,
+) -> Vec<R> {
+    let (total, len) = (items.len(), len.max(1));
+    let n = total.div_ceil(len);
+    let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    let (base, slots) = (SendPtr(items.as_mut_ptr()), SendPtr(out.as_mut_ptr()));
+    run(n, &|i| {
+        let start = i * len;
+        let end = (start + len).min(total);
+        // SAFETY: task i alone touches items start..end and result slot i (tasks do not
+        // overlap), and both are borrowed mutably until `run` returns, after every task.
+        let (chunk, slot) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(base.get().add(start), end - start),
+                &mut *slots.get().add(i),
+            )
+        };
+        *slot = Some(f(i, chunk));
+    });
+    out.into_iter().flatten().collect()
+}
+
+/// `f(i, chunk i)` for the chunks of `len` items of `items`, on the pool.
 pub(crate) fn for_each_chunk<T: Send>(
     items: &mut [T],
     len: usize,
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
-    let (total, len) = (items.len(), len.max(1));
-    let base = SendPtr(items.as_mut_ptr());
-    run(total.div_ceil(len), &|i| {
-        let start = i * len;
-        let end = (start + len).min(total);
-        // SAFETY: task i alone touches items start..end (tasks do not overlap), and `items`
-        // is borrowed mutably until `run` returns, after every task.
-        let chunk = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
-        f(i, chunk);
-    });
+    map_chunks(items, len, f);
 }
 
 /// `[f(0), .., f(n - 1)]`, computed on the pool.
 pub(crate) fn map<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
-    let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
-    for_each_chunk(&mut out, 1, |i, slot| slot[0] = Some(f(i)));
-    out.into_iter().flatten().collect()
+    map_chunks(&mut vec![(); n], 1, |i, _| f(i))
 }
 
 /// A pointer tasks share; each task writes only its own part of what it points to.
 struct SendPtr<T>(*mut T);
-// SAFETY: used only by `for_each_chunk`, whose tasks write disjoint ranges.
+// SAFETY: used only by `map_chunks`, whose tasks write disjoint ranges.
 unsafe impl<T: Send> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for SendPtr<T> {}

@@ -174,9 +174,9 @@ impl Mlp {
 pub(super) struct HostLayer<'a> {
     attn: [&'a HostWeight; 4],
     mlp: [&'a HostWeight; 3],
-    /// The two norms' gains [D] and epsilon.
+    /// The two norms' gains [D] and epsilons.
     norms: &'a [Vec<f32>; 2],
-    eps: f64,
+    eps: [f64; 2],
 }
 
 impl DecoderLayer {
@@ -188,7 +188,7 @@ impl DecoderLayer {
             attn: [host(&a.q)?, host(&a.k)?, host(&a.v)?, host(&a.o)?],
             mlp: [host(&m.gate)?, host(&m.up)?, host(&m.down)?],
             norms: self.host_norms.as_ref()?,
-            eps: self.attn_norm.epsilon,
+            eps: [self.attn_norm.epsilon, self.mlp_norm.epsilon],
         })
     }
 
@@ -205,10 +205,10 @@ impl DecoderLayer {
         cache: &mut KvCache,
         layer: usize,
     ) {
-        let h = rms_norm(x, &w.norms[0], w.eps);
+        let h = rms_norm(x, &w.norms[0], w.eps[0]);
         let a = self.attn.rows(w.attn, &h, t, rope, bias, cache, layer);
         x.iter_mut().zip(&a).for_each(|(x, a)| *x += a);
-        let h = rms_norm(x, &w.norms[1], w.eps);
+        let h = rms_norm(x, &w.norms[1], w.eps[1]);
         let m = Mlp::rows(w.mlp, &h, t);
         x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
     }

@@ -230,12 +230,12 @@ impl Blocks {
             // Stage 1, in parallel blocks of weight rows: each estimate's upper bound
             // `A_r + B_r` [out, g], and the largest lower bound `A_r − B_r` per row of x.
             let block = 256;
-            // Per block: its rows' upper bounds [rows, g] and its largest lower bounds [g].
-            let parts: Vec<(Vec<f32>, Vec<f32>)> = pool::map(out.div_ceil(block), |c| {
-                let rows = c * block..((c + 1) * block).min(out);
-                let mut chunk = vec![0.0f32; rows.len() * g];
+            let mut high = vec![0.0f32; out * g];
+            // Per block of `high`: its largest lower bounds [g].
+            let lows = pool::map_chunks(&mut high, block * g, |c, chunk| {
+                let rows = c * block..c * block + chunk.len() / g;
                 // SAFETY: the caller checked `available`.
-                unsafe { estimate_group(b, inn / 32, rows.clone(), &xq, &mut chunk) };
+                unsafe { estimate_group(b, inn / 32, rows.clone(), &xq, chunk) };
                 let mut low = vec![f32::NEG_INFINITY; g];
                 for (r, est) in rows.zip(chunk.chunks_exact_mut(g)) {
                     for (i, e) in est.iter_mut().enumerate() {
@@ -245,10 +245,9 @@ impl Blocks {
                         *e = value + bound;
                     }
                 }
-                (chunk, low)
+                low
             });
-            let high: Vec<f32> = parts.iter().flat_map(|(h, _)| h.iter().copied()).collect();
-            let low = parts.iter().fold(vec![f32::NEG_INFINITY; g], |a, (_, b)| {
+            let low = lows.iter().fold(vec![f32::NEG_INFINITY; g], |a, b| {
                 a.iter().zip(b).map(|(x, y)| x.max(*y)).collect()
             });
             // Stage 2: the exact values of the rows that can reach the lower bound.
