@@ -91,11 +91,15 @@ pub(super) unsafe fn dot<B: Block, const R: usize, const M: usize>(
     }
     // As the f32 kernel adds them; its tail is empty here (whole blocks), and added too.
     let empty: f32 = std::iter::empty::<f32>().sum();
-    std::array::from_fn(|r| {
-        std::array::from_fn(|j| {
+    // Plain loops, not closures: a closure the compiler does not inline would take the
+    // accumulators' address, and the loop above would store them at every block.
+    let mut out = [[0.0f32; M]; R];
+    for r in 0..R {
+        for j in 0..M {
             let lo = _mm512_castps512_ps256(a[r][j]);
             let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a[r][j])));
-            hsum(_mm256_add_ps(lo, hi)) + empty
-        })
-    })
+            out[r][j] = hsum(_mm256_add_ps(lo, hi)) + empty;
+        }
+    }
+    out
 }
