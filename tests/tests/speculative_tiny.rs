@@ -2,7 +2,8 @@
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
 use toki_decode::{
-    DynamicTree, Engine, HeadProposer, Lookup, Prompt, Request, Tree, TreePolicy, TreePreset,
+    Datastore, DynamicTree, Engine, HeadProposer, Lookup, Prompt, Request, Tree, TreePolicy,
+    TreePreset,
 };
 use toki_model::{DraftVocab, HeadInput, HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
@@ -275,6 +276,91 @@ fn prompt_lookup_grafts_equal_plain_on_tiny_models() {
         )
         .unwrap();
     assert!(engine.with_lookup(Some(bad)).is_err());
+}
+
+#[test]
+fn datastore_chains_equal_plain_on_tiny_models() {
+    // Three corpora: the model's own answer to this very prompt among random documents
+    // (chains often right, deep), random documents only (chains almost always wrong), and
+    // the same beside prompt lookup. Every output equals plain decoding.
+    let dynamic = DynamicTree::new(
+        (0..16).map(|n| 1.0 + 0.002 * n as f64).collect(),
+        0.01,
+        3,
+        vec![],
+    )
+    .unwrap();
+    let noise: Vec<Vec<u32>> = (0..8).map(|i| prompt(100 + i, 30, 64)).collect();
+    let (mut deepest, mut by_chains, mut checked) = (0, 0, 0);
+    for (seed, kv, tied) in [MODELS[0], MODELS[2], MODELS[3]] {
+        let req = Request {
+            tree_policy: TreePolicy::Always,
+            ..Request::greedy(Prompt::Ids(prompt(seed, 20, 64)), 60)
+        };
+        let plain = tiny_engine(seed, kv, tied)
+            .generate(&req)
+            .unwrap()
+            .output_ids;
+        let device = tiny_engine(seed, kv, tied).model().device();
+        let with_answer = noise.iter().cloned().chain([plain.clone()]);
+        for (corpus, lookup) in [
+            (with_answer.collect::<Vec<_>>(), None),
+            (noise.clone(), None),
+            (noise.clone(), Some(Lookup::default())),
+        ] {
+            let heads = MedusaHeads::random(heads_config(2, HeadKind::Own), seed, 0.3, &device);
+            let engine = tiny_engine(seed, kv, tied)
+                .with_dynamic_tree(Box::new(HeadProposer::new(heads.unwrap())), dynamic.clone())
+                .unwrap()
+                .with_lookup(lookup)
+                .unwrap()
+                .with_datastore(Some(Datastore::new(corpus).unwrap()))
+                .unwrap();
+            for policy in [TreePolicy::Always, TreePolicy::Adaptive] {
+                let r = Request {
+                    tree_policy: policy,
+                    ..req.clone()
+                };
+                let spec = engine.generate(&r).unwrap();
+                assert_eq!(spec.output_ids, plain, "seed {seed} lookup {lookup:?}");
+                let most = spec.stats.accept_lengths.iter().max().copied();
+                deepest = deepest.max(most.unwrap_or(0));
+                by_chains += spec.stats.lookup_tokens;
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 3 * 2);
+    assert!(
+        deepest > 3,
+        "no datastore node was ever accepted (at most {deepest} a step)"
+    );
+    assert!(by_chains > 0, "no token was accepted on a chain's node");
+    // A datastore grafts onto dynamic trees only, and its ids must fit the vocabulary.
+    let heads = || {
+        let h = MedusaHeads::random(
+            heads_config(2, HeadKind::Own),
+            1,
+            0.3,
+            &toki_tests::device(),
+        );
+        Box::new(HeadProposer::new(h.unwrap()))
+    };
+    let static_tree = Tree::from_paths(&TreePreset::Chain(2).paths(), 2, 1).unwrap();
+    let err = tiny_engine(1, 4, true)
+        .with_proposer(heads(), static_tree)
+        .unwrap()
+        .with_datastore(Some(Datastore::new(noise.clone()).unwrap()))
+        .err()
+        .expect("static tree refused");
+    assert!(err.to_string().contains("dynamic"), "{err}");
+    let err = tiny_engine(1, 4, true)
+        .with_dynamic_tree(heads(), dynamic)
+        .unwrap()
+        .with_datastore(Some(Datastore::new([vec![1, 2, 64]]).unwrap()))
+        .err()
+        .expect("a token outside the vocabulary refused");
+    assert!(err.to_string().contains("64"), "{err}");
 }
 
 #[test]

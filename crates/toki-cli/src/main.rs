@@ -34,6 +34,8 @@ enum Command {
     Calibrate(cmd::calibrate::Args),
     /// Count the tokens of head-training data: the heads' draft vocabulary.
     DraftVocab(cmd::draft_vocab::Args),
+    /// Build the corpus datastore lookup searches from the base's own answers.
+    Datastore(cmd::datastore::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +60,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::DraftVocab(a) => cmd::draft_vocab::run(a),
+        Command::Datastore(a) => cmd::datastore::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use toki_decode::{DynamicTree, Engine, HeadProposer, Lookup, Prompt, Proposer, Tree, TreePreset};
+use toki_decode::{
+    Datastore, DynamicTree, Engine, HeadProposer, Lookup, Prompt, Proposer, Tree, TreePreset,
+};
 
 use crate::cmd::calibrate;
 
@@ -32,6 +34,12 @@ pub struct TreeArgs {
     /// deep as they are worth verifying. 0 = off.
     #[arg(long, default_value_t = 8)]
     pub lookup: usize,
+    /// Datastore lookup on dynamic trees: the most frequent continuation of the last 2-4
+    /// tokens in a corpus of the base's earlier answers (`toki datastore`), grafted on like
+    /// prompt lookup's chains. A file, or `none`; by default the heads folder's
+    /// datastore.safetensors where there is one.
+    #[arg(long)]
+    pub datastore: Option<String>,
 }
 
 impl TreeArgs {
@@ -41,6 +49,24 @@ impl TreeArgs {
             max_len: self.lookup,
             ..Lookup::default()
         })
+    }
+
+    /// What `--datastore` asks for, next to heads from `heads_dir`.
+    pub fn datastore(&self, heads_dir: &Path) -> Result<Option<Datastore>> {
+        let path = match self.datastore.as_deref() {
+            Some("none") => return Ok(None),
+            Some(file) => Path::new(file).to_path_buf(),
+            None => {
+                let default = heads_dir.join(crate::cmd::datastore::FILE);
+                if !default.exists() {
+                    return Ok(None);
+                }
+                default
+            }
+        };
+        let ds = Datastore::load(&path)?;
+        tracing::info!("datastore: {} tokens from {}", ds.len(), path.display());
+        Ok(Some(ds))
     }
 }
 
@@ -53,32 +79,37 @@ pub enum Chosen {
 
 impl Chosen {
     /// For logs and reports: "static, N nodes, depth D" or "dynamic, up to N nodes", and
-    /// the prompt lookup `install` would add.
-    pub fn describe(&self, lookup: Option<Lookup>) -> String {
-        match (self, lookup) {
-            (Self::Static(t), _) => format!("static, {} nodes, depth {}", t.len(), t.depth()),
-            (Self::Dynamic(d), None) => format!("dynamic, up to {} nodes", d.max_nodes()),
-            (Self::Dynamic(d), Some(l)) => format!(
-                "dynamic, up to {} nodes, prompt lookup up to {} tokens",
-                d.max_nodes(),
-                l.max_len
-            ),
+    /// the prompt lookup and datastore `install` would add.
+    pub fn describe(&self, lookup: Option<Lookup>, datastore: Option<&Datastore>) -> String {
+        let d = match self {
+            Self::Static(t) => return format!("static, {} nodes, depth {}", t.len(), t.depth()),
+            Self::Dynamic(d) => d,
+        };
+        let mut s = format!("dynamic, up to {} nodes", d.max_nodes());
+        if let Some(l) = lookup {
+            s += &format!(", prompt lookup up to {} tokens", l.max_len);
         }
+        if let Some(ds) = datastore {
+            s += &format!(", datastore of {} tokens", ds.len());
+        }
+        s
     }
 
-    /// Speculation on `engine` with `heads`, and prompt lookup where the tree is dynamic
-    /// (static trees verify fixed nodes: `lookup` is not used).
+    /// Speculation on `engine` with `heads`, and prompt lookup and the datastore where the
+    /// tree is dynamic (static trees verify fixed nodes: they use neither).
     pub fn install(
         self,
         engine: Engine,
         heads: HeadProposer,
         lookup: Option<Lookup>,
+        datastore: Option<Datastore>,
     ) -> Result<Engine> {
         Ok(match self {
             Self::Static(tree) => engine.with_proposer(Box::new(heads), tree)?,
             Self::Dynamic(d) => engine
                 .with_dynamic_tree(Box::new(heads), d)?
-                .with_lookup(lookup)?,
+                .with_lookup(lookup)?
+                .with_datastore(datastore)?,
         })
     }
 }

@@ -189,13 +189,15 @@ struct Chosen {
     costs: Costs,
     /// Per node: the heads' choice (not a node only prompt lookup added).
     from_heads: Vec<bool>,
-    /// The lookup chain and how many of its tokens the tree holds.
-    lookup: Option<(Continuation, usize)>,
+    /// The chains grafted on (prompt lookup's, the datastore's) and how many of each one's
+    /// tokens the tree holds.
+    chains: Vec<(Continuation, usize)>,
 }
 
 /// A speculative step's node tokens and tree: the static tree filled by the heads, or a
-/// tree sized from their confidence with prompt lookup's chain grafted on (the root alone
-/// when nothing is worth verifying), with what a dynamic tree chose.
+/// tree sized from their confidence with the chains of prompt lookup and the datastore
+/// grafted on (the root alone when nothing is worth verifying), with what a dynamic tree
+/// chose.
 fn draft<'e>(
     engine: &'e Engine,
     s: &'e Speculation,
@@ -213,7 +215,14 @@ fn draft<'e>(
     };
     // Every node attends to the whole cache: prompt and tokens so far.
     let costs = d.costs_at(input.history.len());
-    let found = s.lookup.and_then(|l| l.find(input.history));
+    let mut found: Vec<Continuation> = s
+        .lookup
+        .and_then(|l| l.find(input.history))
+        .into_iter()
+        .collect();
+    if let Some(ds) = &s.datastore {
+        found.extend(ds.find(&s.lookup.unwrap_or_default(), input.history));
+    }
     // Once the heads that ran decide the tree (no deeper node could pay:
     // `DynamicTree::settled`), the deeper heads are not run.
     let mut ranked = heads.rank_until(input, &vec![d.max_rank; heads.num_heads()], &mut |r| {
@@ -221,24 +230,30 @@ fn draft<'e>(
     })?;
     let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
     let mut paths = choice.paths.clone();
-    let lookup = found.map(|c| {
-        // Chain token j is worth a node when the chance it is reached, times one token,
-        // covers λ times the cost the node adds.
-        let max_nodes = costs.cost.len();
-        let worth = |j: usize, nodes: usize| {
-            let reach: f64 = (0..=j).map(|i| lookup_stats.rate(c.matched, i)).product();
-            nodes < max_nodes
-                && reach >= feedback.lambda * (costs.cost[nodes] - costs.cost[nodes - 1])
-        };
-        let held = graft(&mut ranked, &mut paths, &c.tokens, worth);
-        (c, held)
-    });
+    // The chain likelier to be right first: it takes the nodes first.
+    let first_rate = |c: &Continuation| lookup_stats.rate(c, 0);
+    found.sort_by(|a, b| first_rate(b).total_cmp(&first_rate(a)));
+    let chains = found
+        .into_iter()
+        .map(|c| {
+            // Chain token j is worth a node when the chance it is reached, times one
+            // token, covers λ times the cost the node adds.
+            let max_nodes = costs.cost.len();
+            let worth = |j: usize, nodes: usize| {
+                let reach: f64 = (0..=j).map(|i| lookup_stats.rate(&c, i)).product();
+                nodes < max_nodes
+                    && reach >= feedback.lambda * (costs.cost[nodes] - costs.cost[nodes - 1])
+            };
+            let held = graft(&mut ranked, &mut paths, &c.tokens, worth);
+            (c, held)
+        })
+        .collect();
     if paths.is_empty() {
         let chosen = Chosen {
             choice,
             costs,
             from_heads: vec![true],
-            lookup,
+            chains,
         };
         return Ok((
             vec![root],
@@ -258,7 +273,7 @@ fn draft<'e>(
         choice,
         costs,
         from_heads,
-        lookup,
+        chains,
     };
     Ok((tokens, buffers, Some(chosen)))
 }
@@ -321,9 +336,8 @@ impl Learnt {
             .count();
         self.feedback
             .observe(&c.costs, nodes, &c.choice, emitted.len(), by_heads);
-        if let Some((chain, held)) = &c.lookup {
-            self.lookup_stats
-                .observe(chain.matched, &chain.tokens, *held, emitted);
+        for (chain, held) in &c.chains {
+            self.lookup_stats.observe(chain, *held, emitted);
         }
         verdict.accepted.len() - by_heads
     }
@@ -358,7 +372,10 @@ impl Learnt {
             step = stats.steps,
             ?kind,
             nodes,
-            lookup = ?choice.and_then(|c| c.lookup.as_ref()).map(|(c, held)| (c.matched, *held)),
+            chains = ?choice.map(|c| {
+                let held = |(c, held): &(Continuation, usize)| (c.source, c.matched, *held);
+                c.chains.iter().map(held).collect::<Vec<_>>()
+            }),
             emitted = emitted.len(),
             ms = ms(done),
             draft_ms = ms(drafted),

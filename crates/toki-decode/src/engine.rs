@@ -3,6 +3,7 @@
 
 use std::ops::ControlFlow;
 use std::path::Path;
+use std::sync::Arc;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use toki_model::tokenizer::Tokenizer;
@@ -11,6 +12,7 @@ use toki_model::{LlamaConfig, LlamaModel, MedusaHeads, ModelError, Precision, Ro
 
 use crate::acceptance::{AcceptRule, Acceptance, Lossless, Typical};
 use crate::adapt::Estimates;
+use crate::datastore::Datastore;
 use crate::dynamic::{DynamicTree, Feedback};
 use crate::error::{DecodeError, Result};
 use crate::lookup::{Lookup, LookupStats};
@@ -60,6 +62,9 @@ pub struct Speculation {
     pub shape: TreeShape,
     /// Prompt lookup chains grafted onto dynamic trees ([`crate::lookup`]).
     pub lookup: Option<Lookup>,
+    /// Datastore chains grafted onto dynamic trees ([`crate::datastore`]), searched with
+    /// `lookup`'s match lengths and chain length (or the defaults when it is off).
+    pub datastore: Option<Arc<Datastore>>,
 }
 
 /// Which tree a speculative step verifies.
@@ -183,6 +188,7 @@ impl Engine {
             heads,
             shape: TreeShape::Static { tree, buffers },
             lookup: None,
+            datastore: None,
         });
         self.reset_learnt();
         Ok(self)
@@ -205,6 +211,7 @@ impl Engine {
             heads,
             shape: TreeShape::Dynamic(dynamic),
             lookup: None,
+            datastore: None,
         });
         self.reset_learnt();
         Ok(self)
@@ -235,6 +242,35 @@ impl Engine {
             }
         }
         spec.lookup = lookup;
+        self.reset_learnt();
+        Ok(self)
+    }
+
+    /// Graft the chains `datastore` proposes onto the dynamic tree's steps
+    /// ([`crate::datastore`]), or stop (`None`). Needs a dynamic tree, and a corpus whose
+    /// token ids fit this model's vocabulary.
+    pub fn with_datastore(mut self, datastore: Option<Datastore>) -> Result<Self> {
+        let vocab = self.model.config().vocab_size;
+        let spec = match (self.speculation.as_mut(), &datastore) {
+            (Some(spec), _) => spec,
+            (None, None) => return Ok(self),
+            (None, Some(_)) => {
+                return Err(DecodeError::Tree(
+                    "a datastore needs heads and a dynamic tree".into(),
+                ));
+            }
+        };
+        if let Some(ds) = &datastore {
+            if !matches!(spec.shape, TreeShape::Dynamic(_)) {
+                return Err(DecodeError::Tree(
+                    "a datastore grafts onto dynamic trees; this engine has a static one".into(),
+                ));
+            }
+            if let Some(t) = ds.max_token().filter(|&t| t as usize >= vocab) {
+                return Err(DecodeError::BadToken { id: t, vocab });
+            }
+        }
+        spec.datastore = datastore.map(Arc::new);
         self.reset_learnt();
         Ok(self)
     }

@@ -16,6 +16,11 @@ pub enum DecodeError {
     Tree(String),
     #[error("{0}")]
     Request(String),
+    #[error("datastore {path}: {msg}")]
+    Datastore {
+        path: std::path::PathBuf,
+        msg: String,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, DecodeError>;

@@ -16,6 +16,7 @@
 pub mod acceptance;
 pub mod adapt;
 pub mod batch;
+pub mod datastore;
 pub mod driver;
 pub mod dynamic;
 pub mod engine;
@@ -29,6 +30,7 @@ pub mod verifier;
 
 pub use acceptance::{AcceptRule, Acceptance};
 pub use adapt::TreePolicy;
+pub use datastore::Datastore;
 pub use driver::greedy_tokens;
 pub use dynamic::DynamicTree;
 pub use engine::{Emitted, Engine, EngineOptions, Speculation, TreeShape};

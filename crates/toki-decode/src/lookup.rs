@@ -46,12 +46,50 @@ impl Default for Lookup {
     }
 }
 
-/// A proposed chain: the tokens that followed the latest earlier occurrence of the
-/// history's last `matched` tokens.
+/// Where a chain was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainSource {
+    /// This request's prompt and answer so far ([`Lookup::find`]).
+    Prompt,
+    /// A corpus of the base's earlier answers ([`crate::datastore::Datastore`]).
+    Datastore,
+}
+
+/// A proposed chain: the tokens that followed an occurrence of the history's last
+/// `matched` tokens (prompt lookup: the latest one; the datastore: the most frequent
+/// continuation of all of them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Continuation {
     pub matched: usize,
     pub tokens: Vec<u32>,
+    pub source: ChainSource,
+    /// Per token of a datastore chain: of the occurrences of the match and the chain
+    /// before it, how many continued with it (empty for prompt lookup).
+    pub support: Vec<Support>,
+}
+
+/// `count` of `of` corpus occurrences continued with a datastore chain's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Support {
+    pub count: u32,
+    pub of: u32,
+}
+
+impl Support {
+    /// Classes of support with their prior chance of being right, as measured on the demo
+    /// model's bench answers against a datastore of its distilled answers (first tokens):
+    /// one occurrence 0.43; a share under 0.2 0.04, 0.2-0.4 0.15, 0.4-0.6 0.30, 0.6-0.8
+    /// 0.41, over 0.8 0.59-0.78, and 0.93 where that share is of 20 or more.
+    const PRIORS: [f64; 7] = [0.45, 0.05, 0.15, 0.3, 0.45, 0.7, 0.9];
+
+    fn class(self) -> usize {
+        let share = f64::from(self.count) / f64::from(self.of.max(1));
+        match self.of {
+            0 | 1 => 0,
+            _ if share >= 0.8 && self.of >= 20 => 6,
+            _ => 1 + ((share * 5.0) as usize).min(4),
+        }
+    }
 }
 
 impl Lookup {
@@ -76,16 +114,23 @@ impl Lookup {
                     let t = if k < len { history[k] } else { tokens[k - len] };
                     tokens.push(t);
                 }
-                return Some(Continuation { matched: n, tokens });
+                return Some(Continuation {
+                    matched: n,
+                    tokens,
+                    source: ChainSource::Prompt,
+                    support: vec![],
+                });
             }
         }
         None
     }
 }
 
-/// Per match length (bucket) and depth j: how often a lookup token at depth j was right
-/// given that the chain's tokens before it were (decaying counts over a prior of an even
-/// chance). Carried from request to request by the engine.
+/// How often chain tokens were right given that the chain's tokens before them were
+/// (decaying counts over a prior). Prompt lookup's are kept per match length (1, 2, 3, 4+)
+/// and depth j, with an even prior; the datastore's per class of support (the share of the
+/// corpus occurrences that continued with the token, [`Support`]), whatever the depth,
+/// with the class's measured prior. Carried from request to request by the engine.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LookupStats {
     /// `[bucket][j] = (hits, tries)`.
@@ -93,44 +138,50 @@ pub struct LookupStats {
 }
 
 impl LookupStats {
-    const PRIOR_HITS: f64 = 1.0;
     const PRIOR_TRIES: f64 = 2.0;
     const DECAY: f64 = 0.98;
 
-    fn bucket(matched: usize) -> usize {
-        matched.saturating_sub(1).min(3)
+    /// Where token j of `chain` is counted: (bucket, depth slot, prior chance).
+    fn slot(chain: &Continuation, j: usize) -> (usize, usize, f64) {
+        match chain.source {
+            ChainSource::Prompt => (chain.matched.saturating_sub(1).min(3), j, 0.5),
+            ChainSource::Datastore => {
+                let class = chain.support.get(j).map_or(0, |s| s.class());
+                (4 + class, 0, Support::PRIORS[class])
+            }
+        }
     }
 
-    /// Estimated chance that token j of a chain of match length `matched` is right when
-    /// tokens 0..j are.
-    pub fn rate(&self, matched: usize, j: usize) -> f64 {
+    /// Estimated chance that token j of `chain` is right when tokens 0..j are.
+    pub fn rate(&self, chain: &Continuation, j: usize) -> f64 {
+        let (b, d, prior) = Self::slot(chain, j);
         let (h, t) = self
             .counts
-            .get(Self::bucket(matched))
-            .and_then(|b| b.get(j))
+            .get(b)
+            .and_then(|b| b.get(d))
             .copied()
             .unwrap_or((0.0, 0.0));
-        (h + Self::PRIOR_HITS) / (t + Self::PRIOR_TRIES)
+        (h + prior * Self::PRIOR_TRIES) / (t + Self::PRIOR_TRIES)
     }
 
-    /// After a step that verified the first `verified` tokens of `chain` (match length
-    /// `matched`) and emitted `emitted` (the accepted tokens and the bonus token).
-    pub fn observe(&mut self, matched: usize, chain: &[u32], verified: usize, emitted: &[u32]) {
-        let b = Self::bucket(matched);
-        if self.counts.len() <= b {
-            self.counts.resize(b + 1, vec![]);
-        }
-        let row = &mut self.counts[b];
-        for (j, &t) in chain.iter().enumerate().take(verified) {
+    /// After a step that verified the first `verified` tokens of `chain` and emitted
+    /// `emitted` (the accepted tokens and the bonus token).
+    pub fn observe(&mut self, chain: &Continuation, verified: usize, emitted: &[u32]) {
+        for (j, &t) in chain.tokens.iter().enumerate().take(verified) {
             // Token j was tried only if tokens 0..j were right; emitted[j] is then the
             // base's token at that depth.
             let Some(&base) = emitted.get(j) else { break };
-            if row.len() <= j {
-                row.resize(j + 1, (0.0, 0.0));
+            let (b, d, _) = Self::slot(chain, j);
+            if self.counts.len() <= b {
+                self.counts.resize(b + 1, vec![]);
+            }
+            let row = &mut self.counts[b];
+            if row.len() <= d {
+                row.resize(d + 1, (0.0, 0.0));
             }
             let hit = t == base;
-            let (h, n) = row[j];
-            row[j] = (
+            let (h, n) = row[d];
+            row[d] = (
                 Self::DECAY * h + f64::from(u8::from(hit)),
                 Self::DECAY * n + 1.0,
             );
@@ -193,7 +244,9 @@ mod tests {
             l.find(&h),
             Some(Continuation {
                 matched: 3,
-                tokens: vec![4, 5, 6]
+                tokens: vec![4, 5, 6],
+                source: ChainSource::Prompt,
+                support: vec![],
             })
         );
         // Only a 2-token match.
@@ -202,7 +255,9 @@ mod tests {
             l.find(&h),
             Some(Continuation {
                 matched: 2,
-                tokens: vec![1, 2, 5]
+                tokens: vec![1, 2, 5],
+                source: ChainSource::Prompt,
+                support: vec![],
             })
         );
         assert_eq!(l.find(&[1, 2, 3, 4]), None);
@@ -217,17 +272,46 @@ mod tests {
 
     #[test]
     fn rates_learn_from_what_was_verified() {
+        use ChainSource::{Datastore, Prompt};
+        let chain = |source, matched, tokens: &[u32], support: Vec<Support>| Continuation {
+            matched,
+            tokens: tokens.to_vec(),
+            source,
+            support,
+        };
         let mut s = LookupStats::default();
-        assert_eq!(s.rate(3, 0), 0.5);
+        let c3 = chain(Prompt, 3, &[1, 2, 3], vec![]);
+        assert_eq!(s.rate(&c3, 0), 0.5);
         // Chain [1, 2, 3] all verified; the base said [1, 2, 9]: two hits then a miss.
-        s.observe(3, &[1, 2, 3], 3, &[1, 2, 9, 4]);
-        assert!((s.rate(3, 0) - 2.0 / 3.0).abs() < 1e-12);
-        assert!((s.rate(3, 2) - 1.0 / 3.0).abs() < 1e-12);
+        s.observe(&c3, 3, &[1, 2, 9, 4]);
+        assert!((s.rate(&c3, 0) - 2.0 / 3.0).abs() < 1e-12);
+        assert!((s.rate(&c3, 2) - 1.0 / 3.0).abs() < 1e-12);
         // Other match lengths keep their own counts; unverified tokens count for nothing.
-        assert_eq!(s.rate(2, 0), 0.5);
-        s.observe(2, &[5, 6], 1, &[5, 6]);
-        assert!((s.rate(2, 0) - 2.0 / 3.0).abs() < 1e-12);
-        assert_eq!(s.rate(2, 1), 0.5);
+        let c2 = chain(Prompt, 2, &[5, 6], vec![]);
+        assert_eq!(s.rate(&c2, 0), 0.5);
+        s.observe(&c2, 1, &[5, 6]);
+        assert!((s.rate(&c2, 0) - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.rate(&c2, 1), 0.5);
+        // Datastore tokens start from their class's prior, whatever the depth, and learn
+        // per class: a share of 9 in 10 (0.7), of 1 in 10 (0.05), of 30 in 30 (0.9).
+        let sup = |count, of| Support { count, of };
+        let d = chain(
+            Datastore,
+            2,
+            &[7, 8, 9],
+            vec![sup(9, 10), sup(1, 10), sup(30, 30)],
+        );
+        assert!((s.rate(&d, 0) - 0.7).abs() < 1e-12);
+        assert!((s.rate(&d, 1) - 0.05).abs() < 1e-12);
+        assert!((s.rate(&d, 2) - 0.9).abs() < 1e-12);
+        s.observe(&d, 3, &[7, 6]);
+        assert!((s.rate(&d, 0) - 2.4 / 3.0).abs() < 1e-12);
+        assert!((s.rate(&d, 1) - 0.1 / 3.0).abs() < 1e-12);
+        assert!((s.rate(&d, 2) - 0.9).abs() < 1e-12, "never tried");
+        assert!(
+            (s.rate(&c3, 0) - 2.0 / 3.0).abs() < 1e-12,
+            "prompt lookup's own"
+        );
     }
 
     #[test]

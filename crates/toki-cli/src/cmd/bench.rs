@@ -210,14 +210,15 @@ pub fn run(a: Args) -> Result<()> {
     let tree = a
         .tree
         .resolve(&engine, &heads, &calib, a.max_new_tokens.min(64))?;
-    let tree_desc = tree.describe(a.tree.lookup());
+    let datastore = a.tree.datastore(&a.target.heads)?;
+    let tree_desc = tree.describe(a.tree.lookup(), datastore.as_ref());
     // Columns the heads score: the draft vocabulary, or the whole vocabulary.
     let draft_vocab = heads
         .draft()
         .map_or(engine.model().config().vocab_size, |d| d.len());
     tracing::info!("heads score {draft_vocab} tokens");
     eprintln!("tree: {tree_desc}");
-    let engine = tree.install(engine, heads, a.tree.lookup())?;
+    let engine = tree.install(engine, heads, a.tree.lookup(), datastore)?;
     let spec_policy = if a.no_adapt {
         TreePolicy::Always
     } else {

@@ -161,8 +161,12 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(dir) = &a.heads {
         let heads = crate::heads::load(dir, &engine, a.draft)?;
         let tree = a.tree.resolve(&engine, &heads, &[], 0)?;
-        tracing::info!("tree: {}", tree.describe(a.tree.lookup()));
-        engine = tree.install(engine, heads, a.tree.lookup())?;
+        let datastore = a.tree.datastore(dir)?;
+        tracing::info!(
+            "tree: {}",
+            tree.describe(a.tree.lookup(), datastore.as_ref())
+        );
+        engine = tree.install(engine, heads, a.tree.lookup(), datastore)?;
     }
     let prompt = if a.chat {
         Prompt::Chat(vec![Message::user(a.prompt.clone())])

@@ -1,0 +1,67 @@
+//! `toki datastore`: the corpus that datastore lookup searches (`toki_decode::datastore`),
+//! from the same data the heads train on: the target tokens of each document (a chat
+//! line's assistant answers, a text line's whole text) become its documents.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use toki_decode::{Datastore, Engine, EngineOptions};
+use toki_train::load_documents;
+
+use crate::backend::{self, Backend};
+
+/// The file generate and bench pick up from a heads folder.
+pub const FILE: &str = "datastore.safetensors";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// HF-style model folder (its tokenizer and chat template are used).
+    #[arg(long)]
+    model: PathBuf,
+    /// The base's own answers, e.g. `toki distill` output: .jsonl ({"text"} or
+    /// {"messages"}), .txt, .md, or folders of them. Never the prompts you benchmark on.
+    #[arg(long, required = true, num_args = 1..)]
+    data: Vec<PathBuf>,
+    /// Output file, e.g. HEADS_DIR/datastore.safetensors.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    backend: Backend,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let device = backend::device(a.backend)?;
+    let engine = Engine::load(&a.model, &device, &EngineOptions::default())
+        .with_context(|| format!("loading {}", a.model.display()))?;
+    let tok = engine.tokenizer().context("the model has no tokenizer")?;
+    let docs = load_documents(&a.data, tok)?;
+    // Each run of target tokens (an assistant answer) is one document.
+    let answers = docs.iter().flat_map(|d| {
+        let mut runs: Vec<Vec<u32>> = vec![];
+        let mut open = false;
+        for (&t, &target) in d.tokens.iter().zip(&d.target) {
+            match (target, open) {
+                (true, true) => runs.last_mut().into_iter().for_each(|r| r.push(t)),
+                (true, false) => runs.push(vec![t]),
+                (false, _) => {}
+            }
+            open = target;
+        }
+        runs
+    });
+    let ds = Datastore::new(answers).context("building the datastore")?;
+    if ds.is_empty() {
+        bail!("the data holds no target tokens (assistant answers or text)");
+    }
+    ds.save(&a.out)
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    let bytes = std::fs::metadata(&a.out).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "{} tokens from {} documents; written to {} ({:.1} MB)",
+        ds.len(),
+        docs.len(),
+        a.out.display(),
+        bytes as f64 / 1e6
+    );
+    Ok(())
+}
