@@ -8,7 +8,9 @@
 //! pool").
 //!
 //! Here the workers spin on an atomic while loops keep coming, and park after [`SPIN`]
-//! without one. Every loop is a set of tasks `0..n`, claimed one at a time from an atomic
+//! without one. Every wait yields its CPU after a few spins ([`pause`]), so that on a
+//! machine with more busy threads than cores it does not hold the core the thread it
+//! waits for needs. Every loop is a set of tasks `0..n`, claimed one at a time from an atomic
 //! counter by the caller and every worker. The caller returns once every worker has finished
 //! the loop. A task computes the same thing whichever thread runs it, so results do not
 //! depend on the split.
@@ -23,6 +25,22 @@ use std::time::{Duration, Instant};
 
 /// How long a worker spins without a loop before it parks.
 const SPIN: Duration = Duration::from_millis(2);
+/// Busy-wait rounds before a wait starts yielding its CPU at each round.
+const SPINS_BEFORE_YIELD: u32 = 200;
+
+/// One round of a wait: a spin at first, then a yield. On an oversubscribed machine (more
+/// busy threads than cores: two toki processes on two cores) the thread waited for may be
+/// descheduled, and a wait that only spins holds the CPU it needs until the scheduler's
+/// time slice ends, milliseconds for a loop of microseconds. A yield with nothing else
+/// to run returns at once.
+fn pause(rounds: &mut u32) {
+    if *rounds < SPINS_BEFORE_YIELD {
+        *rounds += 1;
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
 
 /// One loop: tasks `0..n` of `f`.
 struct Job<'a> {
@@ -139,8 +157,9 @@ struct Finish<'a>(&'a Shared);
 
 impl Drop for Finish<'_> {
     fn drop(&mut self) {
+        let mut rounds = 0;
         while self.0.pending.load(SeqCst) != 0 {
-            std::hint::spin_loop();
+            pause(&mut rounds);
         }
         self.0.job.store(std::ptr::null_mut(), SeqCst);
     }
@@ -216,9 +235,9 @@ fn work(s: &Shared, w: usize) {
     let mut seen = 0;
     loop {
         let mut since = Instant::now();
-        let mut spins = 0u32;
+        let (mut spins, mut rounds) = (0u32, 0);
         while s.epoch.load(SeqCst) == seen {
-            std::hint::spin_loop();
+            pause(&mut rounds);
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(256) && since.elapsed() > SPIN {
                 s.parked[w].store(true, SeqCst);
