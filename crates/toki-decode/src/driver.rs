@@ -189,9 +189,9 @@ struct Chosen {
     costs: Costs,
     /// Per node: the heads' choice (not a node only prompt lookup added).
     from_heads: Vec<bool>,
-    /// The chains grafted on (prompt lookup's, the datastore's) and how many of each one's
-    /// tokens the tree holds.
-    chains: Vec<(Continuation, usize)>,
+    /// The chains grafted on (prompt lookup's, the datastore's) and, per token of each
+    /// that the tree holds, whether it took a node of its own.
+    chains: Vec<(Continuation, Vec<bool>)>,
 }
 
 /// A speculative step's node tokens and tree: the static tree filled by the heads, or a
@@ -231,7 +231,7 @@ fn draft<'e>(
     let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
     let mut paths = choice.paths.clone();
     // The chain likelier to be right first: it takes the nodes first.
-    let first_rate = |c: &Continuation| lookup_stats.rate(c, 0);
+    let first_rate = |c: &Continuation| lookup_stats.rate(c, 0, true);
     found.sort_by(|a, b| first_rate(b).total_cmp(&first_rate(a)));
     let chains = found
         .into_iter()
@@ -239,13 +239,16 @@ fn draft<'e>(
             // Chain token j is worth a node when the chance it is reached, times one
             // token, covers λ times the cost the node adds.
             let max_nodes = costs.cost.len();
-            let worth = |j: usize, nodes: usize| {
-                let reach: f64 = (0..=j).map(|i| lookup_stats.rate(&c, i)).product();
+            let worth = |j: usize, nodes: usize, fresh: &[bool]| {
+                let before: f64 = (fresh.iter().enumerate())
+                    .map(|(i, &own)| lookup_stats.rate(&c, i, own))
+                    .product();
+                let reach = before * lookup_stats.rate(&c, j, true);
                 nodes < max_nodes
                     && reach >= feedback.lambda * (costs.cost[nodes] - costs.cost[nodes - 1])
             };
-            let held = graft(&mut ranked, &mut paths, &c.tokens, worth);
-            (c, held)
+            let fresh = graft(&mut ranked, &mut paths, &c.tokens, worth);
+            (c, fresh)
         })
         .collect();
     if paths.is_empty() {
@@ -336,8 +339,8 @@ impl Learnt {
             .count();
         self.feedback
             .observe(&c.costs, nodes, &c.choice, emitted.len(), by_heads);
-        for (chain, held) in &c.chains {
-            self.lookup_stats.observe(chain, *held, emitted);
+        for (chain, fresh) in &c.chains {
+            self.lookup_stats.observe(chain, fresh, emitted);
         }
         verdict.accepted.len() - by_heads
     }
@@ -373,7 +376,7 @@ impl Learnt {
             ?kind,
             nodes,
             chains = ?choice.map(|c| {
-                let held = |(c, held): &(Continuation, usize)| (c.source, c.matched, *held);
+                let held = |(c, fresh): &(Continuation, Vec<bool>)| (c.source, c.matched, fresh.len());
                 c.chains.iter().map(held).collect::<Vec<_>>()
             }),
             emitted = emitted.len(),

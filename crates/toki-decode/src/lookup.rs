@@ -130,7 +130,10 @@ impl Lookup {
 /// (decaying counts over a prior). Prompt lookup's are kept per match length (1, 2, 3, 4+)
 /// and depth j, with an even prior; the datastore's per class of support (the share of the
 /// corpus occurrences that continued with the token, [`Support`]), whatever the depth,
-/// with the class's measured prior. Carried from request to request by the engine.
+/// with the class's measured prior. Each apart for tokens that took a node of their own
+/// and tokens whose node the heads' tree already held: the second kind are right more
+/// often (the heads chose them too), and only the first kind costs anything. Carried from
+/// request to request by the engine.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LookupStats {
     /// `[bucket][j] = (hits, tries)`.
@@ -141,20 +144,23 @@ impl LookupStats {
     const PRIOR_TRIES: f64 = 2.0;
     const DECAY: f64 = 0.98;
 
-    /// Where token j of `chain` is counted: (bucket, depth slot, prior chance).
-    fn slot(chain: &Continuation, j: usize) -> (usize, usize, f64) {
-        match chain.source {
+    /// Where token j of `chain` is counted, `fresh` if it took a node of its own:
+    /// (bucket, depth slot, prior chance).
+    fn slot(chain: &Continuation, j: usize, fresh: bool) -> (usize, usize, f64) {
+        let (b, d, prior) = match chain.source {
             ChainSource::Prompt => (chain.matched.saturating_sub(1).min(3), j, 0.5),
             ChainSource::Datastore => {
                 let class = chain.support.get(j).map_or(0, |s| s.class());
                 (4 + class, 0, Support::PRIORS[class])
             }
-        }
+        };
+        (2 * b + usize::from(fresh), d, prior)
     }
 
-    /// Estimated chance that token j of `chain` is right when tokens 0..j are.
-    pub fn rate(&self, chain: &Continuation, j: usize) -> f64 {
-        let (b, d, prior) = Self::slot(chain, j);
+    /// Estimated chance that token j of `chain` is right when tokens 0..j are, on a node
+    /// of its own (`fresh`) or on one the tree already held.
+    pub fn rate(&self, chain: &Continuation, j: usize, fresh: bool) -> f64 {
+        let (b, d, prior) = Self::slot(chain, j, fresh);
         let (h, t) = self
             .counts
             .get(b)
@@ -164,14 +170,15 @@ impl LookupStats {
         (h + prior * Self::PRIOR_TRIES) / (t + Self::PRIOR_TRIES)
     }
 
-    /// After a step that verified the first `verified` tokens of `chain` and emitted
-    /// `emitted` (the accepted tokens and the bonus token).
-    pub fn observe(&mut self, chain: &Continuation, verified: usize, emitted: &[u32]) {
-        for (j, &t) in chain.tokens.iter().enumerate().take(verified) {
+    /// After a step that verified the first `fresh.len()` tokens of `chain` (`fresh[j]`:
+    /// token j took a node of its own, [`graft`]) and emitted `emitted` (the accepted
+    /// tokens and the bonus token).
+    pub fn observe(&mut self, chain: &Continuation, fresh: &[bool], emitted: &[u32]) {
+        for (j, (&t, &own)) in chain.tokens.iter().zip(fresh).enumerate() {
             // Token j was tried only if tokens 0..j were right; emitted[j] is then the
             // base's token at that depth.
             let Some(&base) = emitted.get(j) else { break };
-            let (b, d, _) = Self::slot(chain, j);
+            let (b, d, _) = Self::slot(chain, j, own);
             if self.counts.len() <= b {
                 self.counts.resize(b + 1, vec![]);
             }
@@ -194,26 +201,28 @@ impl LookupStats {
 
 /// Add `chain` under the root of the tree `paths` over `ranked` (extended in place, depth
 /// by depth): a token a head ranks at its depth reuses that rank, others are appended as
-/// an extra rank with probability 0. New nodes are added only while `worth(j, nodes)`
-/// (chain token j, the tree's node count before adding it) says so, which also bounds the
-/// tree's size;
-/// nodes already in the tree cost nothing. Returns how many chain tokens the tree holds.
+/// an extra rank with probability 0. A token whose node the tree already holds costs
+/// nothing; a new node is added only while `worth(j, nodes, fresh)` (chain token j, the
+/// tree's node count before adding it, which of tokens 0..j took new nodes) says so,
+/// which also bounds the tree's size. Returns, per chain token the tree holds, whether it
+/// took a new node.
 pub fn graft(
     ranked: &mut Vec<Ranked>,
     paths: &mut Vec<Vec<usize>>,
     chain: &[u32],
-    mut worth: impl FnMut(usize, usize) -> bool,
-) -> usize {
+    mut worth: impl FnMut(usize, usize, &[bool]) -> bool,
+) -> Vec<bool> {
     let mut path: Vec<usize> = vec![];
+    let mut fresh = vec![];
     for (j, &token) in chain.iter().enumerate() {
         let at_depth = ranked.get(j).map_or(&[][..], |r| &r[..]);
         let known = at_depth.iter().position(|&(t, _)| t == token);
         path.push(known.unwrap_or(at_depth.len()));
         if paths.contains(&path) {
+            fresh.push(false);
             continue;
         }
-        if !worth(j, paths.len() + 1) {
-            path.pop();
+        if !worth(j, paths.len() + 1, &fresh) {
             break;
         }
         if known.is_none() {
@@ -223,8 +232,9 @@ pub fn graft(
             ranked[j].push((token, 0.0));
         }
         paths.push(path.clone());
+        fresh.push(true);
     }
-    path.len()
+    fresh
 }
 
 #[cfg(test)]
@@ -281,17 +291,23 @@ mod tests {
         };
         let mut s = LookupStats::default();
         let c3 = chain(Prompt, 3, &[1, 2, 3], vec![]);
-        assert_eq!(s.rate(&c3, 0), 0.5);
-        // Chain [1, 2, 3] all verified; the base said [1, 2, 9]: two hits then a miss.
-        s.observe(&c3, 3, &[1, 2, 9, 4]);
-        assert!((s.rate(&c3, 0) - 2.0 / 3.0).abs() < 1e-12);
-        assert!((s.rate(&c3, 2) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.rate(&c3, 0, true), 0.5);
+        // Chain [1, 2, 3] all verified on new nodes; the base said [1, 2, 9]: two hits
+        // then a miss.
+        s.observe(&c3, &[true; 3], &[1, 2, 9, 4]);
+        assert!((s.rate(&c3, 0, true) - 2.0 / 3.0).abs() < 1e-12);
+        assert!((s.rate(&c3, 2, true) - 1.0 / 3.0).abs() < 1e-12);
+        // Tokens on nodes the heads' tree held are counted apart.
+        assert_eq!(s.rate(&c3, 0, false), 0.5);
+        s.observe(&c3, &[false], &[7]);
+        assert!((s.rate(&c3, 0, false) - 1.0 / 3.0).abs() < 1e-12);
+        assert!((s.rate(&c3, 0, true) - 2.0 / 3.0).abs() < 1e-12);
         // Other match lengths keep their own counts; unverified tokens count for nothing.
         let c2 = chain(Prompt, 2, &[5, 6], vec![]);
-        assert_eq!(s.rate(&c2, 0), 0.5);
-        s.observe(&c2, 1, &[5, 6]);
-        assert!((s.rate(&c2, 0) - 2.0 / 3.0).abs() < 1e-12);
-        assert_eq!(s.rate(&c2, 1), 0.5);
+        assert_eq!(s.rate(&c2, 0, true), 0.5);
+        s.observe(&c2, &[true], &[5, 6]);
+        assert!((s.rate(&c2, 0, true) - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.rate(&c2, 1, true), 0.5);
         // Datastore tokens start from their class's prior, whatever the depth, and learn
         // per class: a share of 9 in 10 (0.7), of 1 in 10 (0.05), of 30 in 30 (0.9).
         let sup = |count, of| Support { count, of };
@@ -301,15 +317,15 @@ mod tests {
             &[7, 8, 9],
             vec![sup(9, 10), sup(1, 10), sup(30, 30)],
         );
-        assert!((s.rate(&d, 0) - 0.7).abs() < 1e-12);
-        assert!((s.rate(&d, 1) - 0.05).abs() < 1e-12);
-        assert!((s.rate(&d, 2) - 0.9).abs() < 1e-12);
-        s.observe(&d, 3, &[7, 6]);
-        assert!((s.rate(&d, 0) - 2.4 / 3.0).abs() < 1e-12);
-        assert!((s.rate(&d, 1) - 0.1 / 3.0).abs() < 1e-12);
-        assert!((s.rate(&d, 2) - 0.9).abs() < 1e-12, "never tried");
+        assert!((s.rate(&d, 0, true) - 0.7).abs() < 1e-12);
+        assert!((s.rate(&d, 1, true) - 0.05).abs() < 1e-12);
+        assert!((s.rate(&d, 2, true) - 0.9).abs() < 1e-12);
+        s.observe(&d, &[true; 3], &[7, 6]);
+        assert!((s.rate(&d, 0, true) - 2.4 / 3.0).abs() < 1e-12);
+        assert!((s.rate(&d, 1, true) - 0.1 / 3.0).abs() < 1e-12);
+        assert!((s.rate(&d, 2, true) - 0.9).abs() < 1e-12, "never tried");
         assert!(
-            (s.rate(&c3, 0) - 2.0 / 3.0).abs() < 1e-12,
+            (s.rate(&c3, 0, true) - 2.0 / 3.0).abs() < 1e-12,
             "prompt lookup's own"
         );
     }
@@ -321,8 +337,12 @@ mod tests {
         let mut paths = vec![vec![0], vec![0, 0]];
         // Chain 10 21 30 31: shares [0], then adds [0, 1] (21 appended to depth 1) and
         // [0, 1, 0] (a new depth); the fourth token is not worth a node.
-        let held = graft(&mut ranked, &mut paths, &[10, 21, 30, 31], |j, _| j < 3);
-        assert_eq!(held, 3);
+        let held = graft(&mut ranked, &mut paths, &[10, 21, 30, 31], |j, _, _| j < 3);
+        assert_eq!(
+            held,
+            vec![false, true, true],
+            "the first node was the heads'"
+        );
         assert_eq!(paths, vec![vec![0], vec![0, 0], vec![0, 1], vec![0, 1, 0]]);
         assert_eq!(ranked[1], vec![(20, 0.5), (21, 0.0)]);
         assert_eq!(ranked[2], vec![(30, 0.0)]);
@@ -330,7 +350,10 @@ mod tests {
         // Room for one new node (a tree of at most two).
         let mut ranked: Vec<Ranked> = vec![vec![(10, 0.6)]];
         let mut paths = vec![];
-        assert_eq!(graft(&mut ranked, &mut paths, &[11, 12], |_, n| n < 2), 1);
+        assert_eq!(
+            graft(&mut ranked, &mut paths, &[11, 12], |_, n, _| n < 2),
+            vec![true]
+        );
         assert_eq!(paths, vec![vec![1]]);
     }
 }

@@ -86,7 +86,8 @@ pub struct Stats {
     /// Per depth k: the fraction of speculative steps whose accepted path reached depth k
     /// (head k's proposal, or a prompt lookup token at that depth).
     pub head_acceptance: Vec<f64>,
-    /// Tokens accepted on nodes only prompt lookup proposed ([`crate::lookup`]).
+    /// Tokens accepted on nodes only a chain proposed (prompt lookup, [`crate::lookup`];
+    /// the datastore, [`crate::datastore`]), not the heads.
     pub lookup_tokens: usize,
 }
 

@@ -134,7 +134,8 @@ pub struct PromptResult {
     /// Tree nodes verified per step of the speculative runs (roots included).
     pub nodes_per_step: f64,
     pub head_acceptance: Vec<f64>,
-    /// Share of the speculative run's tokens accepted on nodes only prompt lookup proposed.
+    /// Share of the speculative run's tokens accepted on nodes only a chain (prompt lookup or
+    /// the datastore) proposed.
     pub lookup_share: f64,
     pub tokens: usize,
     pub identical: bool,
