@@ -1,4 +1,5 @@
-//! `toki train`, `toki calibrate` and `toki bench` end to end on a tiny model.
+//! `toki train`, `toki calibrate`, `toki datastore` and `toki bench` end to end on a tiny
+//! model.
 
 use std::path::Path;
 use std::process::Command;
@@ -207,4 +208,71 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
         "{last}"
     );
     assert!(last["overall"]["tau"].as_f64().unwrap() >= 1.0, "{last}");
+
+    // A datastore from the training data, picked up from the heads folder: the same ids.
+    let (ok, _, err) = toki(
+        &[
+            "datastore",
+            "--backend",
+            "cpu",
+            "--model",
+            "model",
+            "--data",
+            "data.jsonl",
+            "--out",
+            "heads/datastore.safetensors",
+        ],
+        &dir,
+    );
+    assert!(ok && err.contains("from 1 documents"), "{err}");
+    let bench_with = |datastore: Option<&str>| {
+        let mut args = vec![
+            "bench",
+            "--backend",
+            "cpu",
+            "--model",
+            "model",
+            "--heads",
+            "heads",
+            "--prompts",
+            "prompts.jsonl",
+            "--tree",
+            "tree.json",
+            "--max-new-tokens",
+            "8",
+            "--json",
+        ];
+        if let Some(d) = datastore {
+            args.extend(["--datastore", d]);
+        }
+        toki(&args, &dir)
+    };
+    let (ok, out, err) = bench_with(None);
+    assert!(ok && err.contains("datastore of"), "{err}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["mismatches"], 0);
+    let ids: Vec<serde_json::Value> = (last["prompts"].as_array().unwrap().iter())
+        .map(|p| p["output_ids"].clone())
+        .collect();
+    assert_eq!(Some(ids), first_ids);
+    let (ok, _, err) = bench_with(Some("none"));
+    assert!(ok && !err.contains("datastore of"), "{err}");
+    // A missing datastore, or missing data to build one, is an error naming the file.
+    let (ok, _, err) = bench_with(Some("missing.safetensors"));
+    assert!(!ok && err.contains("missing.safetensors"), "{err}");
+    let (ok, _, err) = toki(
+        &[
+            "datastore",
+            "--backend",
+            "cpu",
+            "--model",
+            "model",
+            "--data",
+            "nothere.jsonl",
+            "--out",
+            "ds.safetensors",
+        ],
+        &dir,
+    );
+    assert!(!ok && err.contains("nothere.jsonl"), "{err}");
 }
