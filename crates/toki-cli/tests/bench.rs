@@ -21,6 +21,26 @@ fn toki(args: &[&str], dir: &Path) -> (bool, String, String) {
     )
 }
 
+/// `toki bench` on the test's model, heads and prompts (8 new tokens, JSON out) + `extra`.
+fn bench(dir: &Path, extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec![
+        "bench",
+        "--backend",
+        "cpu",
+        "--model",
+        "model",
+        "--heads",
+        "heads",
+        "--prompts",
+        "prompts.jsonl",
+        "--max-new-tokens",
+        "8",
+        "--json",
+    ];
+    args.extend(extra);
+    toki(&args, dir)
+}
+
 #[test]
 fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     let dir = std::env::temp_dir().join(format!("toki-cli-bench-{}", std::process::id()));
@@ -112,29 +132,8 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
         ("auto", "dynamic"),
         ("auto", "static"),
     ] {
-        let (ok, out, err) = toki(
-            &[
-                "bench",
-                "--backend",
-                "cpu",
-                "--model",
-                "model",
-                "--heads",
-                "heads",
-                "--prompts",
-                "prompts.jsonl",
-                "--tree",
-                tree,
-                "--tree-mode",
-                mode,
-                "--max-new-tokens",
-                "8",
-                "--json",
-                "--report",
-                "report",
-            ],
-            &dir,
-        );
+        let extra = ["--tree", tree, "--tree-mode", mode, "--report", "report"];
+        let (ok, out, err) = bench(&dir, &extra);
         assert!(ok, "--tree {tree}: {err}");
         let kind = if tree == "chain-2" { "static" } else { mode };
         assert!(
@@ -180,27 +179,7 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
     assert!(md.contains("tree: "), "the report names the tree: {md}");
     // Sampling: tau and speedup at a temperature, outputs not compared.
-    let (ok, out, err) = toki(
-        &[
-            "bench",
-            "--backend",
-            "cpu",
-            "--model",
-            "model",
-            "--heads",
-            "heads",
-            "--prompts",
-            "prompts.jsonl",
-            "--tree",
-            "chain-2",
-            "--max-new-tokens",
-            "8",
-            "--json",
-            "--temperature",
-            "0.7",
-        ],
-        &dir,
-    );
+    let (ok, out, err) = bench(&dir, &["--tree", "chain-2", "--temperature", "0.7"]);
     assert!(ok, "{err}");
     let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert!(
@@ -225,27 +204,9 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
         &dir,
     );
     assert!(ok && err.contains("from 1 documents"), "{err}");
-    let bench_with = |datastore: Option<&str>| {
-        let mut args = vec![
-            "bench",
-            "--backend",
-            "cpu",
-            "--model",
-            "model",
-            "--heads",
-            "heads",
-            "--prompts",
-            "prompts.jsonl",
-            "--tree",
-            "tree.json",
-            "--max-new-tokens",
-            "8",
-            "--json",
-        ];
-        if let Some(d) = datastore {
-            args.extend(["--datastore", d]);
-        }
-        toki(&args, &dir)
+    let bench_with = |datastore: Option<&str>| match datastore {
+        Some(d) => bench(&dir, &["--tree", "tree.json", "--datastore", d]),
+        None => bench(&dir, &["--tree", "tree.json"]),
     };
     let (ok, out, err) = bench_with(None);
     assert!(ok && err.contains("datastore of"), "{err}");

@@ -5,36 +5,24 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use toki_decode::{Datastore, Engine, EngineOptions};
-use toki_train::load_documents;
+use toki_decode::Datastore;
 
-use crate::backend::{self, Backend};
+use super::corpus::CorpusArgs;
 
 /// The file generate and bench pick up from a heads folder.
 pub const FILE: &str = "datastore.safetensors";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// HF-style model folder (its tokenizer and chat template are used).
-    #[arg(long)]
-    model: PathBuf,
-    /// The base's own answers, e.g. `toki distill` output: .jsonl ({"text"} or
-    /// {"messages"}), .txt, .md, or folders of them. Never the prompts you benchmark on.
-    #[arg(long, required = true, num_args = 1..)]
-    data: Vec<PathBuf>,
+    #[command(flatten)]
+    corpus: CorpusArgs,
     /// Output file, e.g. HEADS_DIR/datastore.safetensors.
     #[arg(long)]
     out: PathBuf,
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    backend: Backend,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let device = backend::device(a.backend)?;
-    let engine = Engine::load(&a.model, &device, &EngineOptions::default())
-        .with_context(|| format!("loading {}", a.model.display()))?;
-    let tok = engine.tokenizer().context("the model has no tokenizer")?;
-    let docs = load_documents(&a.data, tok)?;
+    let docs = a.corpus.documents()?;
     // Each run of target tokens (an assistant answer) is one document.
     let answers = docs.iter().flat_map(|d| {
         let mut runs: Vec<Vec<u32>> = vec![];

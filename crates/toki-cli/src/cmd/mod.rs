@@ -2,6 +2,7 @@ pub mod bench;
 pub mod bench_report;
 pub mod calibrate;
 pub mod convert_gguf;
+pub mod corpus;
 pub mod datastore;
 pub mod distill;
 pub mod draft_vocab;
