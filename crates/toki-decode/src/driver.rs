@@ -187,7 +187,7 @@ fn verify(
 struct Chosen {
     choice: Choice,
     costs: Costs,
-    /// Per node: the heads' choice (not a node only prompt lookup added).
+    /// Per node: the heads' choice (not a node only a chain added).
     from_heads: Vec<bool>,
     /// The chains grafted on (prompt lookup's, the datastore's) and, per token of each
     /// that the tree holds, whether it took a node of its own.
