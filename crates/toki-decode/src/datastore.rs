@@ -105,19 +105,17 @@ impl Datastore {
         self.tokens.iter().copied().filter(|&t| t != END).max()
     }
 
-    /// Token `off` places after the suffix at `sorted[i]` ([`END`] past the stream's end).
-    fn at(&self, i: usize, off: usize) -> u32 {
-        let p = self.sorted[i] as usize + off;
-        self.tokens.get(p).copied().unwrap_or(END)
+    /// Token `off` places after position `p` ([`END`] past the stream's end).
+    fn after(&self, p: u32, off: usize) -> u32 {
+        self.tokens.get(p as usize + off).copied().unwrap_or(END)
     }
 
     /// Within `within` (suffixes that agree on their first `off` tokens, so ordered by the
     /// token at `off`), the run whose token at `off` is `t`.
     fn run(&self, within: Range<usize>, off: usize, t: u32) -> Range<usize> {
         let slice = &self.sorted[within.clone()];
-        let tok = |p: &u32| self.tokens.get(*p as usize + off).copied().unwrap_or(END);
-        let lo = slice.partition_point(|p| tok(p) < t);
-        let hi = slice.partition_point(|p| tok(p) <= t);
+        let lo = slice.partition_point(|&p| self.after(p, off) < t);
+        let hi = slice.partition_point(|&p| self.after(p, off) <= t);
         within.start + lo..within.start + hi
     }
 
@@ -139,7 +137,7 @@ impl Datastore {
         let mut best = (END, r.start..r.start);
         let mut i = r.start;
         while i < r.end {
-            let t = self.at(i, off);
+            let t = self.after(self.sorted[i], off);
             let run = self.run(i..r.end, off, t);
             if run.len() > best.1.len() {
                 best = (t, run.clone());

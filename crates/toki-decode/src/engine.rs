@@ -220,29 +220,17 @@ impl Engine {
     /// Graft prompt lookup chains onto the dynamic tree's steps ([`crate::lookup`]), or
     /// stop (`None`). Static trees verify the same nodes every step: they take none.
     pub fn with_lookup(mut self, lookup: Option<Lookup>) -> Result<Self> {
-        let spec = match (self.speculation.as_mut(), lookup) {
-            (Some(spec), _) => spec,
-            (None, None) => return Ok(self),
-            (None, Some(_)) => {
-                return Err(DecodeError::Tree(
-                    "prompt lookup needs heads and a dynamic tree".into(),
-                ));
-            }
-        };
-        if let Some(l) = lookup {
-            if !matches!(spec.shape, TreeShape::Dynamic(_)) {
-                return Err(DecodeError::Tree(
-                    "prompt lookup grafts onto dynamic trees; this engine has a static one".into(),
-                ));
-            }
-            if l.min_match == 0 || l.min_match > l.max_match || l.max_len == 0 {
-                return Err(DecodeError::Tree(format!(
-                    "prompt lookup needs 1 <= min_match <= max_match and max_len >= 1, got {l:?}"
-                )));
-            }
+        if let Some(l) = lookup
+            && (l.min_match == 0 || l.min_match > l.max_match || l.max_len == 0)
+        {
+            return Err(DecodeError::Tree(format!(
+                "prompt lookup needs 1 <= min_match <= max_match and max_len >= 1, got {l:?}"
+            )));
         }
-        spec.lookup = lookup;
-        self.reset_learnt();
+        if let Some(spec) = self.chains_onto("prompt lookup", lookup.is_some())? {
+            spec.lookup = lookup;
+            self.reset_learnt();
+        }
         Ok(self)
     }
 
@@ -251,28 +239,33 @@ impl Engine {
     /// token ids fit this model's vocabulary.
     pub fn with_datastore(mut self, datastore: Option<Datastore>) -> Result<Self> {
         let vocab = self.model.config().vocab_size;
-        let spec = match (self.speculation.as_mut(), &datastore) {
-            (Some(spec), _) => spec,
-            (None, None) => return Ok(self),
-            (None, Some(_)) => {
-                return Err(DecodeError::Tree(
-                    "a datastore needs heads and a dynamic tree".into(),
-                ));
-            }
-        };
-        if let Some(ds) = &datastore {
-            if !matches!(spec.shape, TreeShape::Dynamic(_)) {
-                return Err(DecodeError::Tree(
-                    "a datastore grafts onto dynamic trees; this engine has a static one".into(),
-                ));
-            }
-            if let Some(t) = ds.max_token().filter(|&t| t as usize >= vocab) {
-                return Err(DecodeError::BadToken { id: t, vocab });
-            }
+        if let Some(t) = datastore.as_ref().and_then(Datastore::max_token)
+            && t as usize >= vocab
+        {
+            return Err(DecodeError::BadToken { id: t, vocab });
         }
-        spec.datastore = datastore.map(Arc::new);
-        self.reset_learnt();
+        if let Some(spec) = self.chains_onto("a datastore", datastore.is_some())? {
+            spec.datastore = datastore.map(Arc::new);
+            self.reset_learnt();
+        }
         Ok(self)
+    }
+
+    /// The speculation a chain source (`what`, for errors) is set on: none without heads,
+    /// where turning the source on (`on`) is an error, as it is on a static tree (chains
+    /// graft onto dynamic trees only).
+    fn chains_onto(&mut self, what: &str, on: bool) -> Result<Option<&mut Speculation>> {
+        match self.speculation.as_mut() {
+            None if on => Err(DecodeError::Tree(format!(
+                "{what} needs heads and a dynamic tree"
+            ))),
+            Some(spec) if on && !matches!(spec.shape, TreeShape::Dynamic(_)) => {
+                Err(DecodeError::Tree(format!(
+                    "{what} grafts onto dynamic trees; this engine has a static one"
+                )))
+            }
+            spec => Ok(spec),
+        }
     }
 
     fn reset_learnt(&mut self) {

@@ -23,18 +23,13 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let docs = a.corpus.documents()?;
-    // Each run of target tokens (an assistant answer) is one document.
+    // Each run of target tokens (an assistant answer) is one document; the datastore
+    // skips the empty pieces between non-target tokens.
     let answers = docs.iter().flat_map(|d| {
-        let mut runs: Vec<Vec<u32>> = vec![];
-        let mut open = false;
-        for (&t, &target) in d.tokens.iter().zip(&d.target) {
-            match (target, open) {
-                (true, true) => runs.last_mut().into_iter().for_each(|r| r.push(t)),
-                (true, false) => runs.push(vec![t]),
-                (false, _) => {}
-            }
-            open = target;
-        }
+        let pairs: Vec<(u32, bool)> = d.tokens.iter().copied().zip(d.target.clone()).collect();
+        let runs: Vec<Vec<u32>> = (pairs.split(|&(_, target)| !target))
+            .map(|run| run.iter().map(|&(t, _)| t).collect())
+            .collect();
         runs
     });
     let ds = Datastore::new(answers).context("building the datastore")?;
