@@ -74,7 +74,7 @@ fn main() {
                 / 1e6
         })
         .collect();
-    let rows = [1usize, 2, 3, 4, 6, 8, 12, 16];
+    let rows = [1usize, 2, 3, 4, 5, 6, 8, 12, 16];
     let mut times = vec![vec![vec![]; rows.len()]; stores.len()];
     for _round in 0..10 {
         for (r, &m) in rows.iter().enumerate() {
