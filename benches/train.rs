@@ -31,7 +31,7 @@ fn main() {
     };
     let model = engine.model();
     let tok = engine.tokenizer().expect("the demo model has a tokenizer");
-    let mut docs = load_documents(&[data.clone()], tok).expect("data loads");
+    let mut docs = load_documents(std::slice::from_ref(&data), tok).expect("data loads");
     docs.truncate(64);
     let seqs = pack(&docs, 256, 5);
 

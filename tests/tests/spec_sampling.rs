@@ -47,6 +47,9 @@ enum Shape<'a> {
     DynamicLookup,
 }
 
+/// A case: its name, its heads (random or not) and tree (none: plain), its sampling.
+type Case<'a> = (&'static str, Option<(bool, Shape<'a>)>, SampleParams);
+
 fn with_heads(e: Engine, random: bool, shape: Shape<'_>) -> Engine {
     let cfg = HeadsConfig::for_model(HeadKind::Shared, 3, 1, e.model().config());
     let heads = if random {
@@ -183,7 +186,7 @@ fn speculative_sampling_matches_plain_sampling() {
         vec![1, 0],
         vec![0, 0, 0],
     ];
-    let cases: Vec<(&str, Option<(bool, Shape<'_>)>, SampleParams)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("plain T=1", None, params(1.0, 0, 1.0)),
         (
             "chain-2 random heads T=1",

@@ -363,6 +363,6 @@ fn path_heads_grow_from_next_token_heads_and_use_the_path() {
         ..config(1)
     };
     let mut t = Trainer::new(&model, &data, other, 5).expect("trainer");
-    let e = t.init_from(&next_dir).err().expect("refused").to_string();
+    let e = t.init_from(&next_dir).expect_err("refused").to_string();
     assert!(e.contains("heads.json") && e.contains("2 heads"), "{e}");
 }

@@ -332,7 +332,7 @@ impl<'a> Trainer<'a> {
                 lr,
                 grad_norm,
             });
-            let every = |n: usize| n > 0 && self.step % n == 0 && self.step < total;
+            let every = |n: usize| n > 0 && self.step.is_multiple_of(n) && self.step < total;
             if every(self.config.eval_every) {
                 let report = self.evaluate()?;
                 checkpoint::append_metrics(out, &report)?;

@@ -68,6 +68,8 @@ pub struct Speculation {
 }
 
 /// Which tree a speculative step verifies.
+// One per engine, built once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum TreeShape {
     /// The same tree every step.
     Static { tree: Tree, buffers: TreeBuffers },

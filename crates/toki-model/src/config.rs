@@ -122,7 +122,7 @@ impl LlamaConfig {
             ));
         }
         let head_dim = raw.head_dim.unwrap_or(hidden_size / num_attention_heads);
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(format!("head_dim {head_dim} must be positive and even"));
         }
         let params = raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref());

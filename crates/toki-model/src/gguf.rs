@@ -277,7 +277,7 @@ impl GgufFile {
             };
             if let Some((per, size)) = kind.block() {
                 let n = info.numel();
-                if n % per != 0 {
+                if !n.is_multiple_of(per) {
                     return Err(err(format!(
                         "tensor `{}`: {n} elements is not a whole number of blocks",
                         info.name

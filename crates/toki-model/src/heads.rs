@@ -88,6 +88,8 @@ pub enum StoreDtype {
 }
 
 /// The tokens path heads read past the hidden state, per row.
+// One per heads' pass, passed by reference: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum HeadPath {
     /// The base's next token t+1 [R] (the tree root); `HiddenAndPath` heads then read the

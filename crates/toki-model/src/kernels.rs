@@ -408,6 +408,7 @@ fn portable_rows_times_x(
 /// out)` computes the block's rows times activation rows `i..i + g` into `out[j][..g]`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // the kernels' shared walk: its arguments are theirs
 fn walk_blocks<'w, T>(
     w: &'w [T],
     inn: usize,

@@ -144,7 +144,7 @@ struct Loader<'a> {
 impl Loader<'_> {
     fn tensor<const D: usize>(&mut self, name: &str, shape: [usize; D]) -> Result<Tensor<D>> {
         let data = self.src.tensor(name, &shape)?;
-        Ok(self.from_vec(data, shape))
+        Ok(self.on_device(data, shape))
     }
 
     /// An HF linear, weight kept as stored ([out, in]).
@@ -155,7 +155,7 @@ impl Loader<'_> {
         let host = self
             .host
             .then(|| HostWeight::compact(w.clone(), d_out, d_in));
-        let weight = self.from_vec(w, [d_out, d_in]);
+        let weight = self.on_device(w, [d_out, d_in]);
         let bias = if bias {
             Some(Param::from_tensor(
                 self.tensor(&format!("{prefix}.bias"), [d_out])?,
@@ -174,7 +174,7 @@ impl Loader<'_> {
     /// contiguous [in, out] weight, transposed once here (its matmul is fast in this
     /// orientation), and the host copy as stored.
     fn vocab_head(&self, w: Vec<f32>, d_in: usize, d_out: usize) -> (Linear, Option<HostWeight>) {
-        let weight = self.from_vec(transpose(&w, d_out, d_in), [d_in, d_out]);
+        let weight = self.on_device(transpose(&w, d_out, d_in), [d_in, d_out]);
         let host = self.host.then(|| HostWeight::compact(w, d_out, d_in));
         let linear = Linear {
             weight: Param::from_tensor(weight),
@@ -183,7 +183,7 @@ impl Loader<'_> {
         (linear, host)
     }
 
-    fn from_vec<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
+    fn on_device<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
         let t = Tensor::<D>::from_data(TensorData::new(data, shape), self.device);
         match self.precision {
             Precision::F32 => t,
@@ -222,7 +222,7 @@ impl LlamaModel {
         let tied_head = c
             .tie_word_embeddings
             .then(|| ld.vocab_head(embed_data.clone(), d, c.vocab_size));
-        let embed_w = ld.from_vec(embed_data, [c.vocab_size, d]);
+        let embed_w = ld.on_device(embed_data, [c.vocab_size, d]);
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");

@@ -200,14 +200,14 @@ pub fn run(a: Args) -> Result<()> {
             && text.len() > printed
             && text.is_char_boundary(printed)
         {
-            let _ = stdout.write_all(text[printed..].as_bytes());
+            let _ = stdout.write_all(&text.as_bytes()[printed..]);
             let _ = stdout.flush();
             printed = text.len();
         }
         ControlFlow::Continue(())
     })?;
     if out.text.len() > printed && out.text.is_char_boundary(printed) {
-        let _ = stdout.write_all(out.text[printed..].as_bytes());
+        let _ = stdout.write_all(&out.text.as_bytes()[printed..]);
     }
     let _ = writeln!(stdout);
     eprintln!(

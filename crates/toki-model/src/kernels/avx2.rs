@@ -73,6 +73,8 @@ pub(super) unsafe fn rows_times_x(
 
 /// `R` weight rows times `M` activation rows, 16 floats a step in two 8-lane halves:
 /// `2·R·M` accumulators, summed in [`dot4x1`]'s order.
+// The half's index addresses several arrays at once.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma")]
 fn dot<const R: usize, const M: usize>(
     w: [&[f32]; R],

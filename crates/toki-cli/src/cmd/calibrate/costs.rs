@@ -226,7 +226,7 @@ mod tests {
         // A JIT backend: the first pass at each size compiles (100 units), later passes
         // cost 1 + n/64. Every size is measured, at its steady cost.
         let mut seen = std::collections::HashSet::new();
-        let mut pass = |n: usize| -> Result<f64> {
+        let pass = |n: usize| -> Result<f64> {
             Ok(if seen.insert(n) {
                 100.0
             } else {

@@ -63,6 +63,8 @@ impl Block for Q8 {
 ///
 /// # Safety
 /// The CPU must have AVX-512F/VL, AVX2 and FMA.
+// Block and row indices address several arrays at once.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
 pub(super) unsafe fn dot<B: Block, const R: usize, const M: usize>(
     w: [&[B]; R],
