@@ -74,9 +74,16 @@ fn proposers(
     ]
 }
 
-/// The plain greedy run every speculative one must equal, and prompt + output.
-fn plain_run(seed: u64, kv: usize, tied: bool, tokens: usize) -> (Request, Vec<u32>, Vec<u32>) {
-    let p = prompt(seed, 9, 64);
+/// The plain greedy run (a prompt of `prompt_len` tokens) every speculative one must
+/// equal, and prompt + output.
+fn plain_run(
+    seed: u64,
+    kv: usize,
+    tied: bool,
+    prompt_len: usize,
+    tokens: usize,
+) -> (Request, Vec<u32>, Vec<u32>) {
+    let p = prompt(seed, prompt_len, 64);
     let req = Request {
         tree_policy: TreePolicy::Always,
         ..Request::greedy(Prompt::Ids(p.clone()), tokens)
@@ -95,7 +102,7 @@ fn speculative_equals_plain_on_tiny_models() {
     let mut checked = 0;
     let mut accepted_somewhere = false;
     for (seed, kv, tied) in MODELS {
-        let (req, plain, reference) = plain_run(seed, kv, tied, 40);
+        let (req, plain, reference) = plain_run(seed, kv, tied, 9, 40);
         for (ti, paths) in trees().iter().enumerate() {
             let tree = Tree::from_paths(paths, 5, 10).unwrap();
             let engine = tiny_engine(seed, kv, tied);
@@ -149,7 +156,7 @@ fn dynamic_trees_equal_plain_on_tiny_models() {
     ];
     let (mut checked, mut sizes) = (0, std::collections::BTreeSet::new());
     for (seed, kv, tied) in [MODELS[1], MODELS[2]] {
-        let (req, plain, reference) = plain_run(seed, kv, tied, 40);
+        let (req, plain, reference) = plain_run(seed, kv, tied, 9, 40);
         for (di, dynamic) in dynamics.iter().enumerate() {
             let engine = tiny_engine(seed, kv, tied);
             for (pi, proposer) in proposers(&engine, seed + di as u64, &reference)
@@ -223,15 +230,8 @@ fn prompt_lookup_grafts_equal_plain_on_tiny_models() {
     let (mut deepest, mut checked, mut by_lookup) = (0, 0, 0);
     // Prompts after which these two models repeat themselves for a while.
     for (seed, kv, tied) in [MODELS[2], MODELS[3]] {
-        let req = Request {
-            tree_policy: TreePolicy::Always,
-            ..Request::greedy(Prompt::Ids(prompt(seed, 20, 64)), 60)
-        };
-        let plain = tiny_engine(seed, kv, tied)
-            .generate(&req)
-            .unwrap()
-            .output_ids;
-        let device = tiny_engine(seed, kv, tied).model().device();
+        let (req, plain, _) = plain_run(seed, kv, tied, 20, 60);
+        let device = toki_tests::device();
         for (di, dynamic) in dynamics.iter().enumerate() {
             for input in [HeadInput::Hidden, HeadInput::HiddenAndPath] {
                 let cfg = HeadsConfig {
@@ -311,15 +311,8 @@ fn datastore_chains_equal_plain_on_tiny_models() {
     let noise: Vec<Vec<u32>> = (0..8).map(|i| prompt(100 + i, 30, 64)).collect();
     let (mut deepest, mut by_chains, mut checked) = (0, 0, 0);
     for (seed, kv, tied) in [MODELS[0], MODELS[2], MODELS[3]] {
-        let req = Request {
-            tree_policy: TreePolicy::Always,
-            ..Request::greedy(Prompt::Ids(prompt(seed, 20, 64)), 60)
-        };
-        let plain = tiny_engine(seed, kv, tied)
-            .generate(&req)
-            .unwrap()
-            .output_ids;
-        let device = tiny_engine(seed, kv, tied).model().device();
+        let (req, plain, _) = plain_run(seed, kv, tied, 20, 60);
+        let device = toki_tests::device();
         let with_answer = noise.iter().cloned().chain([plain.clone()]);
         for (corpus, lookup) in [
             (with_answer.collect::<Vec<_>>(), None),
@@ -380,7 +373,7 @@ fn dynamic_trees_spend_nodes_where_the_heads_are_sure() {
     // An oracle that is sure (0.95) when right and unsure (0.05) when wrong: the dynamic
     // tree stops each chain where the oracle goes wrong, so it accepts exactly what the
     // static chain accepts while verifying fewer nodes.
-    let (req, plain, reference) = plain_run(11, 2, true, 60);
+    let (req, plain, reference) = plain_run(11, 2, true, 9, 60);
     let oracle = || OracleProposer {
         reference: reference.clone(),
         depth: 4,

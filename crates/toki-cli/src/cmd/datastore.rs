@@ -26,11 +26,15 @@ pub fn run(a: Args) -> Result<()> {
     // Each run of target tokens (an assistant answer) is one document; the datastore
     // skips the empty pieces between non-target tokens.
     let answers = docs.iter().flat_map(|d| {
-        let pairs: Vec<(u32, bool)> = d.tokens.iter().copied().zip(d.target.clone()).collect();
-        let runs: Vec<Vec<u32>> = (pairs.split(|&(_, target)| !target))
-            .map(|run| run.iter().map(|&(t, _)| t).collect())
+        let pairs: Vec<(u32, bool)> = d
+            .tokens
+            .iter()
+            .copied()
+            .zip(d.target.iter().copied())
             .collect();
-        runs
+        (pairs.split(|&(_, target)| !target))
+            .map(|run| run.iter().map(|&(t, _)| t).collect::<Vec<u32>>())
+            .collect::<Vec<_>>()
     });
     let ds = Datastore::new(answers).context("building the datastore")?;
     if ds.is_empty() {
