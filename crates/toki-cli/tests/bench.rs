@@ -21,10 +21,10 @@ fn toki(args: &[&str], dir: &Path) -> (bool, String, String) {
     )
 }
 
-/// `toki bench` on the test's model, heads and prompts (8 new tokens, JSON out) + `extra`.
-fn bench(dir: &Path, extra: &[&str]) -> (bool, String, String) {
+/// `toki <command>` on the test's model, heads and prompts (cpu, 8 new tokens) + `extra`.
+fn on_prompts(dir: &Path, command: &str, extra: &[&str]) -> (bool, String, String) {
     let mut args = vec![
-        "bench",
+        command,
         "--backend",
         "cpu",
         "--model",
@@ -35,10 +35,14 @@ fn bench(dir: &Path, extra: &[&str]) -> (bool, String, String) {
         "prompts.jsonl",
         "--max-new-tokens",
         "8",
-        "--json",
     ];
     args.extend(extra);
     toki(&args, dir)
+}
+
+/// `toki bench` with JSON out + `extra`.
+fn bench(dir: &Path, extra: &[&str]) -> (bool, String, String) {
+    on_prompts(dir, "bench", &[&["--json"], extra].concat())
 }
 
 #[test]
@@ -96,24 +100,7 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
         .join("\n");
     std::fs::write(dir.join("prompts.jsonl"), prompts).unwrap();
 
-    let (ok, _, err) = toki(
-        &[
-            "calibrate",
-            "--backend",
-            "cpu",
-            "--model",
-            "model",
-            "--heads",
-            "heads",
-            "--prompts",
-            "prompts.jsonl",
-            "--out",
-            "tree.json",
-            "--max-new-tokens",
-            "8",
-        ],
-        &dir,
-    );
+    let (ok, _, err) = on_prompts(&dir, "calibrate", &["--out", "tree.json"]);
     assert!(ok, "{err}");
     let cal: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("tree.json")).unwrap()).unwrap();
