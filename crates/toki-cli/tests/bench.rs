@@ -176,20 +176,11 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     assert!(last["overall"]["tau"].as_f64().unwrap() >= 1.0, "{last}");
 
     // A datastore from the training data, picked up from the heads folder: the same ids.
-    let (ok, _, err) = toki(
-        &[
-            "datastore",
-            "--backend",
-            "cpu",
-            "--model",
-            "model",
-            "--data",
-            "data.jsonl",
-            "--out",
-            "heads/datastore.safetensors",
-        ],
-        &dir,
-    );
+    let datastore = |data: &str, out: &str| {
+        let args = ["datastore", "--backend", "cpu", "--model", "model"];
+        toki(&[&args[..], &["--data", data, "--out", out]].concat(), &dir)
+    };
+    let (ok, _, err) = datastore("data.jsonl", "heads/datastore.safetensors");
     assert!(ok && err.contains("from 1 documents"), "{err}");
     let bench_with = |datastore: Option<&str>| match datastore {
         Some(d) => bench(&dir, &["--tree", "tree.json", "--datastore", d]),
@@ -208,19 +199,6 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     // A missing datastore, or missing data to build one, is an error naming the file.
     let (ok, _, err) = bench_with(Some("missing.safetensors"));
     assert!(!ok && err.contains("missing.safetensors"), "{err}");
-    let (ok, _, err) = toki(
-        &[
-            "datastore",
-            "--backend",
-            "cpu",
-            "--model",
-            "model",
-            "--data",
-            "nothere.jsonl",
-            "--out",
-            "ds.safetensors",
-        ],
-        &dir,
-    );
+    let (ok, _, err) = datastore("nothere.jsonl", "ds.safetensors");
     assert!(!ok && err.contains("nothere.jsonl"), "{err}");
 }
