@@ -219,13 +219,10 @@ fn speculative_equals_plain_on_the_demo_model() {
     );
 }
 
-/// The product as shipped: the trained heads on their draft vocabulary, the dynamic tree
-/// of `tree-cpu.json`, prompt lookup; speculative greedy == plain greedy on bench prompts
-/// of each category, and lookup chains accepted beyond the heads' depth.
-#[test]
-fn shipped_heads_with_dynamic_tree_and_lookup_equal_plain_on_the_demo_model() {
+/// The demo model with the shipped heads on their draft vocabulary, the dynamic tree of
+/// `tree-cpu.json` and prompt lookup: the product as `toki generate --heads` runs it.
+fn shipped_engine() -> Engine {
     let heads_dir = root().join("training/heads/smollm2-135m-instruct");
-    let plain = engine();
     let spec = engine();
     let model = spec.model();
     let heads = MedusaHeads::load(&heads_dir, model)
@@ -241,24 +238,42 @@ fn shipped_heads_with_dynamic_tree_and_lookup_equal_plain_on_the_demo_model() {
         serde_json::from_str(&std::fs::read_to_string(heads_dir.join("tree-cpu.json")).unwrap())
             .unwrap();
     let dynamic: DynamicTree = serde_json::from_value(calibrated["dynamic"].clone()).unwrap();
-    let spec = spec
-        .with_dynamic_tree(Box::new(HeadProposer::with_draft(heads, draft)), dynamic)
+    spec.with_dynamic_tree(Box::new(HeadProposer::with_draft(heads, draft)), dynamic)
         .unwrap()
         .with_lookup(Some(Lookup::default()))
-        .unwrap();
+        .unwrap()
+}
+
+/// The bench prompts (`benches/prompts.jsonl`).
+fn bench_prompts() -> Vec<Value> {
     let prompts = std::fs::read_to_string(root().join("benches/prompts.jsonl")).unwrap();
-    let prompts: Vec<Value> = prompts
+    prompts
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+        .collect()
+}
+
+/// A bench prompt of `category` as a greedy chat request that verifies the tree every
+/// step, up to `max_new` tokens.
+fn bench_request(prompts: &[Value], category: &str, max_new: usize) -> Request {
+    let p = prompts.iter().find(|p| p["category"] == category).unwrap();
+    let text = p["prompt"].as_str().unwrap().to_string();
+    Request {
+        tree_policy: TreePolicy::Always,
+        ..Request::greedy(Prompt::Chat(vec![Message::user(text)]), max_new)
+    }
+}
+
+/// The product as shipped; speculative greedy == plain greedy on bench prompts of each
+/// category, and lookup chains accepted beyond the heads' depth.
+#[test]
+fn shipped_heads_with_dynamic_tree_and_lookup_equal_plain_on_the_demo_model() {
+    let plain = engine();
+    let spec = shipped_engine();
+    let prompts = bench_prompts();
     let mut by_lookup = 0;
     for category in ["code", "translate_summarize", "qa", "creative"] {
-        let p = prompts.iter().find(|p| p["category"] == category).unwrap();
-        let text = p["prompt"].as_str().unwrap().to_string();
-        let req = Request {
-            tree_policy: TreePolicy::Always,
-            ..Request::greedy(Prompt::Chat(vec![Message::user(text)]), 128)
-        };
+        let req = bench_request(&prompts, category, 128);
         let a = plain.generate(&req).unwrap();
         let b = spec.generate(&req).unwrap();
         assert_eq!(a.output_ids, b.output_ids, "{category}");
@@ -269,4 +284,65 @@ fn shipped_heads_with_dynamic_tree_and_lookup_equal_plain_on_the_demo_model() {
         );
     }
     assert!(by_lookup > 0, "no token was accepted on a lookup node");
+}
+
+/// A stop string that completes inside a step that accepted several tokens: speculative
+/// decoding ends at the token that completed it, as plain decoding does (same ids), and
+/// both keep the text before it.
+#[test]
+fn a_stop_string_ends_speculative_decoding_where_plain_decoding_does() {
+    let plain = engine();
+    let req = bench_request(&bench_prompts(), "code", 96);
+    let full = plain.generate(&req).unwrap();
+    // Fresh engines: what a dynamic tree learns in one request carries to the next, and
+    // the run with the stop string must take the same steps as this one.
+    let steps = shipped_engine()
+        .generate(&req)
+        .unwrap()
+        .stats
+        .accept_lengths;
+    let spec = shipped_engine();
+    let ids = &full.output_ids;
+    let text_to = |end: usize| spec.decode_text(&ids[..end]).unwrap();
+    // Token i, not the last of its step (token 0 comes from the prefill), whose text with
+    // the token before it's forms a stop string not seen earlier in the text.
+    let mut step_end = 1;
+    let found = steps.iter().find_map(|&n| {
+        let (first, end) = (step_end, step_end + n);
+        step_end = end;
+        (first.max(2)..end.saturating_sub(1)).find_map(|i| {
+            let (before, upto) = (text_to(i), text_to(i + 1));
+            let stop = upto.strip_prefix(&text_to(i - 1))?.to_string();
+            let fresh = stop.trim().len() >= 2 && !before.contains(&stop);
+            fresh.then_some((i, stop, upto))
+        })
+    });
+    let (i, stop, upto) = found.expect("a step of several tokens with a fresh stop string");
+    eprintln!("stop string {stop:?}: completed by token {i}, inside a step");
+    let req = Request {
+        stop_strings: vec![stop.clone()],
+        ..req
+    };
+    let (a, b) = (plain.generate(&req).unwrap(), spec.generate(&req).unwrap());
+    for out in [&a, &b] {
+        assert_eq!(
+            out.finish_reason,
+            toki_decode::FinishReason::StopString,
+            "{stop:?}"
+        );
+        assert_eq!(
+            out.output_ids,
+            ids[..=i],
+            "ends at the token completing {stop:?}"
+        );
+        assert_eq!(
+            out.text,
+            upto[..upto.len() - stop.len()],
+            "the text before {stop:?}"
+        );
+    }
+    assert!(
+        b.stats.accept_lengths.iter().sum::<usize>() + 1 == b.output_ids.len(),
+        "the steps count only the tokens kept"
+    );
 }

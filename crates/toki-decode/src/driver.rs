@@ -93,24 +93,14 @@ impl<'a> Progress<'a> {
                 break;
             }
         }
-        if is_step {
-            self.accept_lengths.push(self.tokens.len() - start);
-        }
         if finish.is_none() && self.tokens.len() >= self.request.max_new_tokens {
             finish = Some(FinishReason::MaxTokens);
         }
-        if !self.request.stop_strings.is_empty() {
-            let text = self.engine.decode_text(&self.tokens)?;
-            if let Some(at) = self
-                .request
-                .stop_strings
-                .iter()
-                .filter_map(|s| text.find(s.as_str()))
-                .min()
-            {
-                self.text_cut = Some(text[..at].to_string());
-                finish = Some(FinishReason::StopString);
-            }
+        if self.cut_at_stop_string(start)? {
+            finish = Some(FinishReason::StopString);
+        }
+        if is_step {
+            self.accept_lengths.push(self.tokens.len() - start);
         }
         let emitted = Emitted {
             new_tokens: &self.tokens[start..],
@@ -120,6 +110,33 @@ impl<'a> Progress<'a> {
             finish = Some(FinishReason::Cancelled);
         }
         Ok(finish)
+    }
+
+    /// Where the text first contains a stop string, ends the tokens at the one that
+    /// completed it (a step that accepted several tokens may have gone past it; plain
+    /// decoding stops there, so speculative decoding must too) and keeps the text before
+    /// the stop string. Only the tokens from `start` (this step's) can complete one:
+    /// earlier steps were checked. Whether one was found.
+    fn cut_at_stop_string(&mut self, start: usize) -> Result<bool> {
+        let stops = &self.request.stop_strings;
+        let first = |text: &str| stops.iter().filter_map(|s| text.find(s.as_str())).min();
+        if stops.is_empty() || first(&self.engine.decode_text(&self.tokens)?).is_none() {
+            return Ok(false);
+        }
+        for end in start + 1..=self.tokens.len() {
+            let text = self.engine.decode_text(&self.tokens[..end])?;
+            if let Some(at) = first(&text) {
+                self.tokens.truncate(end);
+                self.text_cut = Some(text[..at].to_string());
+                return Ok(true);
+            }
+        }
+        // Only the whole decodes to a stop string (a tokenizer whose text is not a sum of
+        // its tokens'): keep every token.
+        let text = self.engine.decode_text(&self.tokens)?;
+        let at = first(&text).unwrap_or(text.len());
+        self.text_cut = Some(text[..at].to_string());
+        Ok(true)
     }
 
     pub fn finish(
