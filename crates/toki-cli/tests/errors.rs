@@ -45,6 +45,43 @@ fn tiny_model_generates() {
     assert!(ok, "{err}");
 }
 
+/// `--stop`: the streamed text ends where a stop string would begin, none of it printed;
+/// an empty stop string is an error.
+#[test]
+fn stop_strings_end_the_streamed_text_before_them() {
+    let dir = tmp("stop");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_toki"))
+            .args(["generate", "--backend", "cpu", "--model"])
+            .arg(&dir)
+            // Sampled: the tiny model's greedy text repeats one word.
+            .args(["--prompt", "t5 t6 t7", "--max-new-tokens", "16"])
+            .args(["--temperature", "1", "--seed", "7"])
+            .args(extra)
+            .output()
+            .expect("toki runs");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{err}");
+        (
+            String::from_utf8_lossy(&out.stdout).trim_end().to_string(),
+            err,
+        )
+    };
+    let (full, _) = run(&[]);
+    // A word after the first few, whole, whose first occurrence is where it stands.
+    let words: Vec<&str> = full.split(' ').collect();
+    let (at, stop) = (3..words.len() - 1)
+        .map(|i| (words[..i].join(" ").len(), format!(" {} ", words[i])))
+        .find(|(at, stop)| full.find(stop.as_str()) == Some(*at))
+        .expect("a word seen once so far in the tiny model's text");
+    let (cut, err) = run(&["--stop", &stop]);
+    assert_eq!(cut, full[..at], "stop string {stop:?}");
+    assert!(err.contains("StopString"), "{err}");
+    let (ok, err) = generate(&dir, &["--prompt", "t5", "--stop", ""]);
+    assert_one_line_error(ok, &err, "--stop");
+}
+
 #[test]
 fn missing_folder() {
     let (ok, err) = generate(Path::new("/nonexistent/toki-model"), &["--prompt", "hi"]);

@@ -106,6 +106,10 @@ pub struct Args {
     chat: bool,
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
+    /// End generation once the text contains this string (repeatable); the text before it
+    /// is kept.
+    #[arg(long = "stop", value_name = "STRING")]
+    stop: Vec<String>,
     #[command(flatten)]
     sampling: SamplingArgs,
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
@@ -134,6 +138,9 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     if a.prompt.trim().is_empty() {
         bail!("the prompt is empty");
+    }
+    if a.stop.iter().any(String::is_empty) {
+        bail!("--stop needs a non-empty string");
     }
     let sampling = a.sampling.sampling()?;
     let acceptance = a.acceptance.resolve(&sampling)?;
@@ -176,6 +183,7 @@ pub fn run(a: Args) -> Result<()> {
     let request = Request {
         sampling,
         acceptance,
+        stop_strings: a.stop.clone(),
         ..Request::greedy(prompt, a.max_new_tokens)
     };
     if a.json {
@@ -191,18 +199,26 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     // Stream: print the text decoded so far beyond what was printed, holding back an
-    // incomplete UTF-8 sequence (shown as U+FFFD until its last byte arrives).
+    // incomplete UTF-8 sequence (shown as U+FFFD until its last byte arrives) and, with
+    // stop strings, the last bytes that could begin one; the step that completes one
+    // prints nothing here: the text before it comes back in `out.text`, printed below.
+    let hold = a.stop.iter().map(|s| s.len() - 1).max().unwrap_or(0);
     let mut printed = 0;
     let mut stdout = std::io::stdout().lock();
     let out = engine.generate_with(&request, |e| {
         if let Ok(text) = engine.decode_text(e.all_tokens)
             && !text.ends_with('\u{FFFD}')
-            && text.len() > printed
-            && text.is_char_boundary(printed)
+            && !a.stop.iter().any(|s| text.contains(s.as_str()))
         {
-            let _ = stdout.write_all(&text.as_bytes()[printed..]);
-            let _ = stdout.flush();
-            printed = text.len();
+            let mut upto = text.len().saturating_sub(hold);
+            while !text.is_char_boundary(upto) {
+                upto -= 1;
+            }
+            if upto > printed && text.is_char_boundary(printed) {
+                let _ = stdout.write_all(&text.as_bytes()[printed..upto]);
+                let _ = stdout.flush();
+                printed = upto;
+            }
         }
         ControlFlow::Continue(())
     })?;
