@@ -20,8 +20,9 @@ pub enum TreeMode {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct TreeArgs {
-    /// Candidate tree: a preset (chain-N, small, medium, medusa-63), a JSON file (a list of
-    /// paths, or what `toki calibrate` writes), or `auto` (measure this backend now).
+    /// Candidate tree: a preset (chain-N, small, medium, medusa-63; cut to the heads'
+    /// depth: chain-9 on 3 heads is chain-3), a JSON file (a list of paths, or what `toki
+    /// calibrate` writes), or `auto` (measure this backend now).
     #[arg(long, default_value = "small")]
     pub tree: String,
     /// For `auto` and `toki calibrate` files: a tree sized each step from the heads'
