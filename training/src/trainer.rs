@@ -3,6 +3,10 @@
 //! Loss of one micro-batch of rows (positions t with hidden state h_t):
 //! `Σ_k λ_k · CE(head_k(h_t[, token[t + 1]]), token[t + k + 2])`, k = 0..K, λ_k =
 //! `head_decay`^k, each CE a mean over the rows whose target exists and is a target token.
+//! With a teacher weight α > 0 each CE is `(1 - α) · CE(hard) + α · CE(soft)`: the soft
+//! target is the base's own distribution over the (draft) vocabulary at the target's
+//! position, softmax(lm_head(h[t + k + 1])), read from the cached hidden states (knowledge
+//! distillation; the hard target is its arg-max in self-distilled data).
 //! Heads that read the next token (`HeadInput::HiddenAndNext`) get the data's token t+1:
 //! in self-distilled data that is the base's own greedy choice, the tree root at decoding.
 //! Path heads (`HiddenAndPath`) get the data's tokens t+1..t+k+1 (teacher forcing): at
@@ -14,7 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use burn::tensor::activation::log_softmax;
+use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use toki_model::{
@@ -72,6 +76,10 @@ pub struct TrainConfig {
     /// reads, is always f32).
     #[serde(default)]
     pub dtype: StoreDtype,
+    /// Weight α in [0, 1] of the soft targets (the base's distribution at the target's
+    /// position) against 1 - α for the data's token; 0: the data's token alone.
+    #[serde(default)]
+    pub teacher_weight: f32,
 }
 
 impl Default for TrainConfig {
@@ -96,6 +104,7 @@ impl Default for TrainConfig {
             draft_vocab: vec![],
             input: HeadInput::Hidden,
             dtype: StoreDtype::F32,
+            teacher_weight: 0.0,
         }
     }
 }
@@ -140,6 +149,10 @@ struct Batch {
     /// Entry j: token t+1+j of each row [B] (0 past the data's end, where no target is
     /// read), as many as the last head reads.
     path: Vec<Vec<i64>>,
+    /// The hidden states whose base logits are the soft targets [K * B, D], head-major
+    /// (row h*B + i: h[t + h + 1] of row i; zeros where head h has no target); empty
+    /// without a teacher weight.
+    teacher_x: Vec<f32>,
     targets: Vec<i64>,
     weights: Vec<f32>,
     counts: Vec<f32>,
@@ -193,6 +206,12 @@ impl<'a> Trainer<'a> {
             return Err(TrainError::Config(
                 "heads, layers, batch and accumulation must all be at least 1".into(),
             ));
+        }
+        if !(0.0..=1.0).contains(&config.teacher_weight) {
+            return Err(TrainError::Config(format!(
+                "the teacher weight must be in [0, 1], not {}",
+                config.teacher_weight
+            )));
         }
         let heads = HeadsConfig {
             base_model: c.model_type.clone(),
@@ -422,6 +441,8 @@ impl<'a> Trainer<'a> {
         let mut weights = vec![0f32; k * rows.len()];
         let mut counts = vec![0f32; k];
         let mut outside = vec![0f32; k];
+        let soft = self.config.teacher_weight > 0.0;
+        let mut teacher_x = vec![0f32; if soft { k * rows.len() * d } else { 0 }];
         for (i, r) in rows.iter().enumerate() {
             let at = r.at as usize;
             x.extend_from_slice(&self.data.hidden[at * d..(at + 1) * d]);
@@ -438,6 +459,12 @@ impl<'a> Trainer<'a> {
                         targets[h * rows.len() + i] = col;
                         weights[h * rows.len() + i] = 1.0;
                         counts[h] += 1.0;
+                        if soft {
+                            // The base's logits for token j come from position j - 1.
+                            let row = (h * rows.len() + i) * d;
+                            teacher_x[row..row + d]
+                                .copy_from_slice(&self.data.hidden[(j - 1) * d..j * d]);
+                        }
                     } else {
                         outside[h] += 1.0;
                     }
@@ -447,6 +474,7 @@ impl<'a> Trainer<'a> {
         Batch {
             x,
             path,
+            teacher_x,
             targets,
             weights,
             counts,
@@ -461,6 +489,7 @@ impl<'a> Trainer<'a> {
         let Batch {
             x,
             path,
+            teacher_x,
             targets,
             weights,
             counts,
@@ -491,9 +520,19 @@ impl<'a> Trainer<'a> {
         }
         let logits = head_logits(&params, &self.heads, x, &path, &lm, draft.as_ref()); // [K*B, V or N]
         let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [k * b]), &ad);
-        let picked = log_softmax(logits, 1)
+        let log_p = log_softmax(logits, 1); // [K*B, V or N]
+        let picked = log_p
+            .clone()
             .gather(1, targets.reshape([k * b, 1]))
             .reshape([k, b]); // log p(target), [K, B]
+        let alpha = self.config.teacher_weight;
+        let picked = if alpha > 0.0 {
+            let teacher = self.teacher(teacher_x, k * b).autodiff(); // [K*B, V or N]
+            let soft = (teacher * log_p).sum_dim(1).reshape([k, b]); // Σ q log p, [K, B]
+            picked * (1.0 - alpha) + soft * alpha
+        } else {
+            picked
+        };
         let weights = Tensor::<2>::from_data(TensorData::new(weights, [k, b]), &ad);
         let scale: Vec<f32> = (0..k)
             .map(|h| self.config.head_decay.powi(h as i32) / counts[h].max(1.0))
@@ -517,6 +556,20 @@ impl<'a> Trainer<'a> {
             })
             .collect::<Result<_>>()?;
         Ok((loss_value, head_loss, g))
+    }
+}
+
+impl Trainer<'_> {
+    /// The soft targets: the base's distribution over the logits' columns (the draft
+    /// vocabulary or the whole) for hidden states `x` [R * D], a constant [R, V or N].
+    fn teacher(&self, x: Vec<f32>, r: usize) -> Tensor<2> {
+        let device = self.device();
+        let x = Tensor::<2>::from_data(TensorData::new(x, [r, self.data.hidden_size]), &device);
+        let mut lm = self.base.lm_head().weight.val().cast(DType::F32); // [D, V]
+        if let Some(ids) = self.draft_ids(&device) {
+            lm = lm.select(1, ids); // [D, N]
+        }
+        softmax(x.matmul(lm), 1)
     }
 }
 

@@ -87,6 +87,11 @@ pub struct Args {
     max_grad_norm: f32,
     #[arg(long, default_value_t = 0.0)]
     weight_decay: f32,
+    /// Weight in [0, 1] of soft targets, the base's own distribution at each target's
+    /// position (from the cached hidden states), against the data's token (knowledge
+    /// distillation); 0: the data's token alone.
+    #[arg(long, default_value_t = 0.0)]
+    teacher_weight: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[arg(long, default_value_t = 100)]
@@ -169,6 +174,7 @@ pub fn run(a: Args) -> Result<()> {
         lr: a.lr,
         warmup: a.warmup,
         weight_decay: a.weight_decay,
+        teacher_weight: a.teacher_weight,
         max_grad_norm: a.max_grad_norm,
         head_decay: a.head_decay,
         seed: a.seed,
