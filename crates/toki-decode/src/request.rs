@@ -23,7 +23,9 @@ pub struct Request {
     pub max_new_tokens: usize,
     /// Extra token ids that end generation (the model's EOS ids always do).
     pub stop_tokens: Vec<u32>,
-    /// Generation ends once the text contains one of these (the text is cut before it).
+    /// Generation ends once the text contains one of these: the text is cut before it,
+    /// the ids end at the token that completed it (the same ids as plain decoding, however
+    /// many tokens the last step accepted).
     pub stop_strings: Vec<String>,
     pub sampling: Sampling,
     /// How sampled tree proposals are accepted (greedy decoding ignores it: a proposal is
