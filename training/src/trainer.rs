@@ -62,7 +62,7 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// Held-out metrics every this many updates (0 = only at the end).
     pub eval_every: usize,
-    /// Most held-out rows an evaluation reads.
+    /// Most held-out rows an evaluation reads, spread evenly over the held-out split.
     pub eval_rows: usize,
     /// Score only these tokens (a draft vocabulary, most frequent first); empty: the whole
     /// vocabulary. Targets outside it are skipped in the loss and count as misses in the

@@ -28,12 +28,7 @@ impl Trainer<'_> {
             (vec![0f64; k], vec![0f64; k], vec![0f64; k], vec![0f64; k]);
         let mut hit_chain = vec![0f64; k];
         let chained = self.heads.input == HeadInput::HiddenAndPath;
-        let rows: Vec<Row> = self
-            .held_rows
-            .iter()
-            .take(self.config.eval_rows)
-            .copied()
-            .collect();
+        let rows = spread(&self.held_rows, self.config.eval_rows);
         let d = self.data.hidden_size;
         for chunk in rows.chunks(self.config.batch.max(16)) {
             let b = chunk.len();
@@ -117,5 +112,28 @@ impl Trainer<'_> {
             top5: div(hit5),
             loss: div(nll),
         })
+    }
+}
+
+/// At most `n` of `rows`, evenly spaced over all of them: the held-out split is in data
+/// order (documents as the files list them), so its first rows are one kind of text.
+fn spread(rows: &[Row], n: usize) -> Vec<Row> {
+    if rows.len() <= n {
+        return rows.to_vec();
+    }
+    (0..n).map(|i| rows[i * rows.len() / n]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_takes_rows_from_the_whole_split() {
+        let rows: Vec<Row> = (0..100).map(|at| Row { at, end: 200 }).collect();
+        let at = |v: Vec<Row>| v.iter().map(|r| r.at).collect::<Vec<_>>();
+        assert_eq!(at(spread(&rows, 4)), [0, 25, 50, 75]);
+        assert_eq!(at(spread(&rows, 1000)).len(), 100);
+        assert_eq!(at(spread(&rows, 100)), (0..100).collect::<Vec<_>>());
     }
 }

@@ -101,6 +101,10 @@ pub struct Args {
     /// Every N-th packed sequence is held out for metrics.
     #[arg(long, default_value_t = 20)]
     held_out_every: usize,
+    /// Held-out rows (positions) each evaluation reads, spread evenly over the held-out
+    /// sequences; 0: all of them.
+    #[arg(long, default_value_t = 2048)]
+    eval_rows: usize,
     /// Train the heads to score only the N most frequent target tokens of the data (the
     /// draft vocabulary decoding uses; ~10x cheaper updates); 0 = the whole vocabulary.
     #[arg(long, default_value_t = crate::heads::DEFAULT_DRAFT)]
@@ -180,6 +184,10 @@ pub fn run(a: Args) -> Result<()> {
         seed: a.seed,
         checkpoint_every: a.checkpoint_every,
         eval_every: a.eval_every,
+        eval_rows: match a.eval_rows {
+            0 => usize::MAX,
+            n => n,
+        },
         draft_vocab,
         input: match a.head_input {
             HeadInputArg::Hidden => HeadInput::Hidden,
