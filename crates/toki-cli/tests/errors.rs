@@ -129,6 +129,40 @@ fn prompt_longer_than_the_context() {
     assert_one_line_error(ok, &err, "context");
 }
 
+/// A token budget beyond the context (up to `usize::MAX`) is not allocated up front: the
+/// answer ends when the context is full.
+#[test]
+fn a_huge_token_budget_ends_at_the_context() {
+    let dir = tmp("huge");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toki"))
+        .args([
+            "generate",
+            "--backend",
+            "cpu",
+            "--json",
+            "--max-context",
+            "32",
+        ])
+        .args(["--prompt", "t5 t6 t7", "--max-new-tokens"])
+        .arg(usize::MAX.to_string())
+        .arg("--model")
+        .arg(&dir)
+        .output()
+        .expect("toki runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
+    assert_eq!(v["finish_reason"], "context_full", "{last}");
+    let (prompt, output) = (v["prompt_ids"].as_array(), v["output_ids"].as_array());
+    assert_eq!(
+        prompt.map(Vec::len).unwrap_or(0) + output.map(Vec::len).unwrap_or(0),
+        33
+    );
+}
+
 #[test]
 fn bad_tree_and_bad_heads() {
     let dir = tmp("tree");

@@ -37,9 +37,10 @@ impl Engine {
             if p.is_empty() {
                 return Err(DecodeError::EmptyPrompt);
             }
-            if p.len() + max_new_tokens > self.context {
-                return Err(DecodeError::PromptTooLong {
-                    prompt: p.len() + max_new_tokens,
+            if p.len().saturating_add(max_new_tokens) > self.context {
+                return Err(DecodeError::AnswerTooLong {
+                    prompt: p.len(),
+                    new: max_new_tokens,
                     context: self.context,
                 });
             }

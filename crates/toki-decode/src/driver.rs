@@ -67,7 +67,8 @@ impl<'a> Progress<'a> {
         Self {
             engine,
             request,
-            tokens: Vec::with_capacity(request.max_new_tokens),
+            // A request can ask for more tokens than fit the context: it ends there.
+            tokens: Vec::with_capacity(request.max_new_tokens.min(engine.context)),
             accept_lengths: vec![],
             text_cut: None,
         }
@@ -483,7 +484,10 @@ pub(crate) fn run(
     }
     let spec = engine.speculation.as_ref();
     let tree_len = spec.map_or(1, |s| s.shape.max_nodes());
-    let capacity = (n + request.max_new_tokens + tree_len).min(engine.context);
+    let capacity = n
+        .saturating_add(request.max_new_tokens)
+        .saturating_add(tree_len)
+        .min(engine.context);
     let mut cache = model.new_cache(capacity);
     let mut accepted_per_head = vec![0usize; spec.map_or(0, |s| s.shape.depth(s.heads.as_ref()))];
 

@@ -6,8 +6,16 @@ pub enum DecodeError {
     Model(#[from] toki_model::ModelError),
     #[error("the prompt is empty")]
     EmptyPrompt,
-    #[error("the prompt has {prompt} tokens but the context holds {context}")]
+    #[error(
+        "the prompt has {prompt} tokens but the context holds {context}, the prompt and at least one new token"
+    )]
     PromptTooLong { prompt: usize, context: usize },
+    #[error("the prompt's {prompt} tokens and {new} new ones exceed the context of {context}")]
+    AnswerTooLong {
+        prompt: usize,
+        new: usize,
+        context: usize,
+    },
     #[error("token id {id} is outside the vocabulary ({vocab})")]
     BadToken { id: u32, vocab: usize },
     #[error("invalid sampling settings: {0}")]
