@@ -64,7 +64,7 @@ pub struct Args {
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
     /// Plain/speculative pairs per prompt (after one warm-up pair; the order alternates).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     repeat: usize,
     /// At most this many prompts per category (0 = all).
     #[arg(long, default_value_t = 0)]
@@ -109,7 +109,19 @@ pub fn read_prompts(path: &std::path::Path) -> Result<Vec<BenchPrompt>> {
                 i + 1
             );
         };
-        let chat = v.get("chat").and_then(|x| x.as_bool()).unwrap_or(true);
+        if prompt.trim().is_empty() {
+            bail!("{} line {}: the prompt is empty", path.display(), i + 1);
+        }
+        let chat = match v.get("chat") {
+            None => true,
+            Some(x) => x.as_bool().with_context(|| {
+                format!(
+                    "{} line {}: \"chat\" must be true or false",
+                    path.display(),
+                    i + 1
+                )
+            })?,
+        };
         out.push(BenchPrompt {
             category,
             prompt,
@@ -247,7 +259,7 @@ pub fn run(a: Args) -> Result<()> {
         let mut heads_acc: Vec<f64> = vec![];
         let mut tokens = 0;
         let mut output_ids = vec![];
-        for rep in 0..a.repeat.max(1) {
+        for rep in 0..a.repeat {
             let (plain, spec) = if (index + rep) % 2 == 0 {
                 let plain = engine.generate(&request(p, TreePolicy::Never))?;
                 (plain, engine.generate(&request(p, spec_policy))?)
@@ -272,7 +284,7 @@ pub fn run(a: Args) -> Result<()> {
                 .for_each(|(x, y)| *x += y);
             output_ids = plain.output_ids;
         }
-        let r = a.repeat.max(1) as f64;
+        let r = a.repeat as f64;
         if !identical {
             bar.println(format!(
                 "MISMATCH: plain and speculative outputs differ for {:?}",
@@ -346,5 +358,56 @@ pub fn to_prompt(p: &BenchPrompt) -> Prompt {
         Prompt::Chat(vec![Message::user(p.prompt.clone())])
     } else {
         Prompt::Text(p.prompt.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_prompts;
+
+    /// Each bad line is refused naming the file and line; `chat` defaults to true.
+    #[test]
+    fn prompt_file_lines_are_checked() {
+        let dir = std::env::temp_dir().join(format!("toki-bench-prompts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let read = |text: &str| {
+            let path = dir.join("p.jsonl");
+            std::fs::write(&path, text).unwrap();
+            read_prompts(&path).map_err(|e| format!("{e:#}"))
+        };
+        let ok = read("{\"category\": \"code\", \"prompt\": \"a\"}\n\n{\"category\": \"qa\", \"prompt\": \"b\", \"chat\": false}\n").unwrap();
+        assert_eq!(ok.len(), 2);
+        assert!(ok[0].chat && !ok[1].chat);
+        assert_eq!(
+            (ok[1].category.as_str(), ok[1].prompt.as_str()),
+            ("qa", "b")
+        );
+        for (text, needle) in [
+            ("", "holds no prompts"),
+            ("{\"category\": \"code\"}", "line 1: expected"),
+            (
+                "{\"category\": \"code\", \"prompt\": 3}",
+                "line 1: expected",
+            ),
+            (
+                "\n{\"category\": \"code\", \"prompt\": \" \"}",
+                "line 2: the prompt is empty",
+            ),
+            (
+                "{\"category\": \"code\", \"prompt\": \"a\", \"chat\": \"no\"}",
+                "\"chat\" must be",
+            ),
+            (
+                "{\"category\": \"code\", \"prompt\": \"a\"",
+                "line 1: not JSON",
+            ),
+        ] {
+            let err = read(text).expect_err(text);
+            assert!(
+                err.contains("p.jsonl") && err.contains(needle),
+                "{text}: {err}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -45,7 +45,7 @@ pub struct Args {
     #[arg(long)]
     out: PathBuf,
     /// How many prompts to calibrate on (at most).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     limit: usize,
     /// Which prompts: spread evenly over the file, and so over its categories (what
     /// `toki bench --tree auto` calibrates on), or the file's first ones.
