@@ -65,10 +65,57 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the error and its causes.
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("error: {}", chain.join(": "));
+            eprintln!("error: {}", one_line(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes on one line, each cause once: an error whose message already
+/// ends with its cause's (`"{path}: {source}"`) does not repeat it.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain().map(|c| c.to_string()) {
+        if line.is_empty() {
+            line = cause;
+        } else if !line.ends_with(&cause) {
+            line = format!("{line}: {cause}");
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// An error that prints its source in its own message, as `"{path}: {source}"`.
+    #[derive(Debug)]
+    struct Wrapped {
+        path: String,
+        source: std::io::Error,
+    }
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}: {}", self.path, self.source)
+        }
+    }
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn causes_already_in_the_message_are_not_repeated() {
+        let io = || std::io::Error::other("no such file");
+        let e = anyhow::Error::new(Wrapped {
+            path: "a.gguf".into(),
+            source: io(),
+        })
+        .context("converting a.gguf");
+        assert_eq!(one_line(&e), "converting a.gguf: a.gguf: no such file");
+        let e = anyhow::Error::new(io()).context("reading b.txt");
+        assert_eq!(one_line(&e), "reading b.txt: no such file");
     }
 }
