@@ -138,6 +138,60 @@ fn a_resumed_run_equals_an_uninterrupted_one() {
     );
 }
 
+/// NaN or negative rates are refused up front; a run whose loss stops being finite ends
+/// with an error before that update changes anything, keeping its last checkpoint.
+#[test]
+fn bad_rates_are_refused_and_a_diverging_run_keeps_its_last_finite_heads() {
+    let dir = scratch("diverge");
+    let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let data = hidden(&model, &tok, &pattern_file(&dir));
+    let bad: [(&str, fn(&mut TrainConfig)); 7] = [
+        ("learning rate", |c| c.lr = f32::NAN),
+        ("learning rate", |c| c.lr = -1e-3),
+        ("learning rate", |c| c.lr = 0.0),
+        ("weight decay", |c| c.weight_decay = f32::NAN),
+        ("gradient-norm bound", |c| c.max_grad_norm = f32::INFINITY),
+        ("head decay", |c| c.head_decay = -0.5),
+        ("floor", |c| c.lr_floor = 2.0),
+    ];
+    for (what, set) in bad {
+        let mut c = config(5);
+        set(&mut c);
+        let err = Trainer::new(&model, &data, c, 5)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref().is_some_and(|e| e.contains(what)),
+            "{what}: {err:?}"
+        );
+    }
+    // A learning rate that is finite but as large as f32 goes: the first update moves
+    // the weights to about ±f32::MAX, so the next one's products overflow. (1e30 only
+    // gives losses of 1e31.)
+    let out = dir.join("out");
+    let mut c = config(50);
+    (c.lr, c.warmup, c.checkpoint_every, c.max_grad_norm) = (f32::MAX, 0, 1, 0.0);
+    let mut t = Trainer::new(&model, &data, c, 5).expect("trainer");
+    let err = t
+        .run(&out, &AtomicBool::new(false), |_| {})
+        .expect_err("it diverges");
+    let toki_train::TrainError::Diverged { update, .. } = err else {
+        panic!("expected Diverged, got {err}");
+    };
+    assert!(update > 1 && update <= 50, "update {update}");
+    assert_eq!(t.step(), update - 1, "the failing update changed nothing");
+    let bytes = std::fs::read(out.join("heads.safetensors")).expect("last checkpoint");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    for (name, view) in st.tensors() {
+        assert!(
+            view.data()
+                .chunks_exact(4)
+                .all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()),
+            "{name} holds a non-finite weight"
+        );
+    }
+}
+
 #[test]
 fn bad_data_is_an_error_naming_file_and_line() {
     let dir = scratch("bad");

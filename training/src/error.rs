@@ -20,6 +20,14 @@ pub enum TrainError {
     },
     #[error("invalid training settings: {0}")]
     Config(String),
+    #[error(
+        "update {update}: the loss ({loss}) or the gradient norm ({grad_norm}) is not finite; try a lower --lr (the checkpoints written so far are kept)"
+    )]
+    Diverged {
+        update: usize,
+        loss: f32,
+        grad_norm: f32,
+    },
     #[error("checkpoint {}: {msg}", path.display())]
     Checkpoint { path: PathBuf, msg: String },
     #[error("reading a result back from the device failed: {0}")]

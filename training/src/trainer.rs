@@ -82,6 +82,39 @@ pub struct TrainConfig {
     pub teacher_weight: f32,
 }
 
+impl TrainConfig {
+    /// The optimizer's and the loss's numbers: a NaN or a negative one would train (to NaN
+    /// heads, or away from the data) without a word.
+    fn check_rates(&self) -> Result<()> {
+        let bad = |what: &str, v: f32, rule: &str| {
+            Err(TrainError::Config(format!(
+                "{what} must be {rule}, not {v}"
+            )))
+        };
+        let c = self;
+        if !(c.lr.is_finite() && c.lr > 0.0) {
+            return bad("the learning rate", c.lr, "a finite number > 0");
+        }
+        if !(0.0..=1.0).contains(&c.lr_floor) {
+            return bad("the learning-rate floor", c.lr_floor, "in [0, 1]");
+        }
+        if !(c.weight_decay.is_finite() && c.weight_decay >= 0.0) {
+            return bad("the weight decay", c.weight_decay, "a finite number >= 0");
+        }
+        if !(c.max_grad_norm.is_finite() && c.max_grad_norm >= 0.0) {
+            return bad(
+                "the gradient-norm bound",
+                c.max_grad_norm,
+                "a finite number >= 0 (0: none)",
+            );
+        }
+        if !(c.head_decay.is_finite() && c.head_decay > 0.0) {
+            return bad("the head decay", c.head_decay, "a finite number > 0");
+        }
+        Ok(())
+    }
+}
+
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
@@ -207,6 +240,7 @@ impl<'a> Trainer<'a> {
                 "heads, layers, batch and accumulation must all be at least 1".into(),
             ));
         }
+        config.check_rates()?;
         if !(0.0..=1.0).contains(&config.teacher_weight) {
             return Err(TrainError::Config(format!(
                 "the teacher weight must be in [0, 1], not {}",
@@ -399,6 +433,15 @@ impl<'a> Trainer<'a> {
             }
         }
         let grad_norm = clip_global_norm(&mut grads, self.config.max_grad_norm);
+        if !(loss.is_finite() && grad_norm.is_finite()) {
+            // Before the optimizer step: the parameters and the checkpoints on disk stay
+            // those of the last finite update.
+            return Err(TrainError::Diverged {
+                update: self.step + 1,
+                loss,
+                grad_norm,
+            });
+        }
         let c = &self.config;
         let lr = learning_rate(self.step, c.steps, c.warmup, c.lr, c.lr_floor);
         let decay: Vec<bool> = self
