@@ -128,6 +128,9 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if let Some(e) = a.epochs.filter(|e| !(e.is_finite() && *e >= 0.0)) {
+        bail!("--epochs must be a finite number >= 0, not {e}");
+    }
     let state = a.out.join("trainer.safetensors");
     if state.exists() && !a.resume {
         bail!(
@@ -223,6 +226,13 @@ pub fn run(a: Args) -> Result<()> {
         trainer.held_out_rows(),
         trainer.config.steps
     );
+    if trainer.held_out_rows() == 0 && a.held_out_every > 0 {
+        tracing::warn!(
+            "no held-out rows (fewer than {} packed sequences): the metrics read nothing; \
+             give more data or a smaller --held-out-every",
+            a.held_out_every
+        );
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     {
