@@ -28,7 +28,7 @@ impl Sampling {
     pub fn from_settings(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> Result<Self> {
         if !(temperature >= 0.0 && temperature.is_finite()) {
             return Err(DecodeError::Sampling(format!(
-                "temperature {temperature} must be >= 0"
+                "temperature {temperature} must be a finite number >= 0"
             )));
         }
         if !(top_p > 0.0 && top_p <= 1.0) {

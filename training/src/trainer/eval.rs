@@ -61,11 +61,13 @@ impl Trainer<'_> {
                 let t: Vec<i64> = targets[h * b..(h + 1) * b].to_vec();
                 Tensor::<1, Int>::from_data(TensorData::new(t, [b]), &device).reshape([b, 1])
             };
-            // Per row, how many tokens score strictly above the target.
+            // Per row, how many tokens score strictly above the target (not at or below
+            // it: a NaN counts as above, so heads that output NaN score no hits).
             let ranks = |logits: Tensor<2>, t: Tensor<2, Int>| -> Result<Vec<i64>> {
                 let target_logit = logits.clone().gather(1, t); // [B, 1]
                 (logits - target_logit)
-                    .greater_elem(0.0)
+                    .lower_equal_elem(0.0)
+                    .bool_not()
                     .int()
                     .sum_dim(1)
                     .try_into_vec_as()
