@@ -145,7 +145,8 @@ fn bad_rates_are_refused_and_a_diverging_run_keeps_its_last_finite_heads() {
     let dir = scratch("diverge");
     let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
     let data = hidden(&model, &tok, &pattern_file(&dir));
-    let bad: [(&str, fn(&mut TrainConfig)); 7] = [
+    type Set = fn(&mut TrainConfig);
+    let bad: [(&str, Set); 7] = [
         ("learning rate", |c| c.lr = f32::NAN),
         ("learning rate", |c| c.lr = -1e-3),
         ("learning rate", |c| c.lr = 0.0),
