@@ -379,6 +379,16 @@ fn import_errors_name_the_tensor() {
     let e = load(&tmp, &c).unwrap_err().to_string();
     assert!(e.contains("model.layers.9.surprise.weight"), "{e}");
 
+    // A config that claims far more layers than the file holds: the first missing layer
+    // is named (nothing is reserved for the claimed count).
+    write_safetensors(&st, &all).unwrap();
+    let huge = LlamaConfig {
+        num_hidden_layers: 1 << 40,
+        ..c.clone()
+    };
+    let e = load(&tmp, &huge).unwrap_err().to_string();
+    assert!(e.contains("model.layers.2."), "{e}");
+
     // Truncated file: a clear error, not a panic.
     write_safetensors(&st, &all).unwrap();
     let bytes = std::fs::read(&st).unwrap();

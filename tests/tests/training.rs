@@ -239,6 +239,34 @@ fn chat_data_takes_loss_on_assistant_tokens_only() {
     );
 }
 
+/// A heads.json that claims far more heads or blocks than heads.safetensors holds: the
+/// first missing tensor is named (nothing is reserved for the claimed count).
+#[test]
+fn a_head_count_beyond_the_file_is_an_error() {
+    let dir = scratch("count");
+    let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let data = hidden(&model, &tok, &pattern_file(&dir));
+    let out = dir.join("out");
+    Trainer::new(&model, &data, config(0), 5)
+        .expect("trainer")
+        .run(&out, &AtomicBool::new(false), |_| {})
+        .expect("a run of 0 updates writes the heads");
+    let path = out.join("heads.json");
+    let written = std::fs::read_to_string(&path).expect("heads.json");
+    for field in ["num_heads", "num_layers"] {
+        let mut v: serde_json::Value = serde_json::from_str(&written).expect("JSON");
+        v[field] = serde_json::json!(1u64 << 40);
+        std::fs::write(&path, v.to_string()).expect("write");
+        let e = MedusaHeads::load(&out, &model).err().map(|e| e.to_string());
+        assert!(
+            e.as_deref().is_some_and(|e| e.contains("missing")),
+            "{field}: {e:?}"
+        );
+    }
+    std::fs::write(&path, written).expect("write");
+    assert!(MedusaHeads::load(&out, &model).is_ok());
+}
+
 #[test]
 fn heads_for_another_hidden_size_are_refused() {
     let dir = scratch("mismatch");

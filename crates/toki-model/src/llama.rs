@@ -223,7 +223,9 @@ impl LlamaModel {
             .tie_word_embeddings
             .then(|| ld.vocab_head(embed_data.clone(), d, c.vocab_size));
         let embed_w = ld.on_device(embed_data, [c.vocab_size, d]);
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        // Grown as layers load (not reserved from the config: a config that claims more
+        // layers than the file holds fails at the first missing tensor).
+        let mut layers = Vec::new();
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
             let attn = Attention {

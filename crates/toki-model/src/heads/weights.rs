@@ -132,7 +132,9 @@ impl MedusaHeads {
                 msg: "a head set needs at least one head".into(),
             });
         }
-        let mut heads = Vec::with_capacity(config.num_heads);
+        // Grown as heads load, not reserved from heads.json: a count beyond the file's
+        // tensors fails at the first missing one.
+        let mut heads = Vec::new();
         let square = |w: Vec<f32>| Linear {
             weight: Param::from_tensor(tensor2(transpose(&w, d, d), [d, d], device)),
             bias: None,
@@ -141,7 +143,7 @@ impl MedusaHeads {
             let path = (0..config.input.path_len(h))
                 .map(|j| Ok(square(src.tensor(&layout.path_weight(h, j), &[d, d])?)))
                 .collect::<Result<Vec<_>>>()?;
-            let mut blocks = Vec::with_capacity(config.num_layers);
+            let mut blocks = Vec::new();
             for b in 0..config.num_layers {
                 let w = src.tensor(&layout.block_weight(h, b), &[d, d])?;
                 let bias = src.tensor(&layout.block_bias(h, b), &[d])?;
