@@ -134,6 +134,21 @@ impl LlamaConfig {
                     .and_then(|v| v.as_f64())
             })
             .unwrap_or(10_000.0);
+        if !(rope_theta.is_finite() && rope_theta > 0.0) {
+            return Err(format!(
+                "`rope_theta` {rope_theta} must be a finite number > 0"
+            ));
+        }
+        let rms_norm_eps = raw.rms_norm_eps.unwrap_or(1e-6);
+        if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
+            return Err(format!(
+                "`rms_norm_eps` {rms_norm_eps} must be a finite number >= 0"
+            ));
+        }
+        let max_position_embeddings = match raw.max_position_embeddings {
+            None => 2048,
+            v => req(v, "max_position_embeddings")?,
+        };
         let rope_scaling = parse_rope(params)?;
         let qwen = model_type == "qwen2";
         let attention_bias = raw.attention_bias.unwrap_or(false);
@@ -145,10 +160,10 @@ impl LlamaConfig {
             num_attention_heads,
             num_key_value_heads,
             head_dim,
-            rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
+            rms_norm_eps,
             rope_theta,
             rope_scaling,
-            max_position_embeddings: raw.max_position_embeddings.unwrap_or(2048),
+            max_position_embeddings,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             qkv_bias: qwen || attention_bias,
             o_bias: !qwen && attention_bias,
@@ -214,6 +229,21 @@ mod tests {
     fn missing_field_is_named() {
         let e = LlamaConfig::from_json(r#"{"hidden_size":8,"num_attention_heads":2}"#).unwrap_err();
         assert!(e.contains("vocab_size"), "{e}");
+    }
+
+    #[test]
+    fn numbers_a_model_cannot_run_with_are_named() {
+        let base = r#""vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2"#;
+        assert!(LlamaConfig::from_json(&format!("{{{base}}}")).is_ok());
+        for (extra, field) in [
+            (r#""rope_theta":0"#, "rope_theta"),
+            (r#""rope_theta":-10000.0"#, "rope_theta"),
+            (r#""rms_norm_eps":-1e-5"#, "rms_norm_eps"),
+            (r#""max_position_embeddings":0"#, "max_position_embeddings"),
+        ] {
+            let e = LlamaConfig::from_json(&format!("{{{base},{extra}}}")).unwrap_err();
+            assert!(e.contains(field), "{extra}: {e}");
+        }
     }
 
     #[test]
