@@ -146,7 +146,9 @@ fn bad_rates_are_refused_and_a_diverging_run_keeps_its_last_finite_heads() {
     let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
     let data = hidden(&model, &tok, &pattern_file(&dir));
     type Set = fn(&mut TrainConfig);
-    let bad: [(&str, Set); 7] = [
+    let bad: [(&str, Set); 9] = [
+        ("at most 32", |c| c.num_heads = 1_000_000_000),
+        ("at most 32", |c| c.num_layers = 33),
         ("learning rate", |c| c.lr = f32::NAN),
         ("learning rate", |c| c.lr = -1e-3),
         ("learning rate", |c| c.lr = 0.0),

@@ -82,6 +82,10 @@ pub struct TrainConfig {
     pub teacher_weight: f32,
 }
 
+/// Most heads, and most blocks per head, a run may train: far more than any tree uses,
+/// and a bound that keeps a mistyped count from reserving memory it cannot have.
+pub const MAX_HEADS: usize = 32;
+
 impl TrainConfig {
     /// The optimizer's and the loss's numbers: a NaN or a negative one would train (to NaN
     /// heads, or away from the data) without a word.
@@ -239,6 +243,13 @@ impl<'a> Trainer<'a> {
             return Err(TrainError::Config(
                 "heads, layers, batch and accumulation must all be at least 1".into(),
             ));
+        }
+        if config.num_heads > MAX_HEADS || config.num_layers > MAX_HEADS {
+            return Err(TrainError::Config(format!(
+                "{} heads x {} blocks: at most {MAX_HEADS} of each (head k guesses the token \
+                 k + 2 ahead; Medusa trains 1-5 heads of 1 block)",
+                config.num_heads, config.num_layers
+            )));
         }
         config.check_rates()?;
         if !(0.0..=1.0).contains(&config.teacher_weight) {
