@@ -369,6 +369,7 @@ impl Engine {
         rule: &dyn AcceptRule,
         on_tokens: impl FnMut(Emitted<'_>) -> ControlFlow<()>,
     ) -> Result<Output> {
+        request.check()?;
         let prompt_ids = self.encode_prompt(&request.prompt)?;
         crate::driver::run(self, prompt_ids, request, rule, on_tokens)
     }

@@ -36,6 +36,26 @@ pub struct Request {
 }
 
 impl Request {
+    /// Settings no generation can run with: an empty stop string (it would match before
+    /// the first token), sampling settings out of range, typical acceptance's ε or δ not
+    /// a finite number > 0.
+    pub fn check(&self) -> crate::Result<()> {
+        if self.stop_strings.iter().any(String::is_empty) {
+            return Err(crate::DecodeError::Request(
+                "a stop string is empty (it would match before the first token)".into(),
+            ));
+        }
+        self.sampling.check()?;
+        if let Acceptance::Typical { epsilon, delta } = self.acceptance
+            && !([epsilon, delta].iter().all(|x| x.is_finite() && *x > 0.0))
+        {
+            return Err(crate::DecodeError::Request(format!(
+                "typical acceptance needs epsilon and delta > 0, not {epsilon} and {delta}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Greedy decoding of `prompt` for up to `max_new_tokens` tokens.
     pub fn greedy(prompt: Prompt, max_new_tokens: usize) -> Self {
         Self {
@@ -101,4 +121,60 @@ pub struct Output {
     pub text: String,
     pub finish_reason: FinishReason,
     pub stats: Stats,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampling::SampleParams;
+
+    /// Settings a library caller can build by hand, which the CLI's flags would refuse.
+    #[test]
+    fn requests_no_generation_can_run_are_errors() {
+        let ok = Request::greedy(Prompt::Ids(vec![1]), 4);
+        assert!(ok.check().is_ok());
+        let sample = |temperature, top_p| {
+            Sampling::Sample(SampleParams {
+                temperature,
+                top_k: 0,
+                top_p,
+                seed: 0,
+            })
+        };
+        let bad = [
+            Request {
+                stop_strings: vec!["x".into(), String::new()],
+                ..ok.clone()
+            },
+            Request {
+                sampling: sample(-1.0, 1.0),
+                ..ok.clone()
+            },
+            Request {
+                sampling: sample(0.0, 1.0),
+                ..ok.clone()
+            },
+            Request {
+                sampling: sample(1.0, f32::NAN),
+                ..ok.clone()
+            },
+            Request {
+                acceptance: Acceptance::Typical {
+                    epsilon: 0.0,
+                    delta: 0.3,
+                },
+                ..ok.clone()
+            },
+        ];
+        for r in bad {
+            assert!(r.check().is_err(), "{r:?}");
+        }
+        let fine = Request {
+            sampling: sample(0.7, 0.9),
+            acceptance: Acceptance::TYPICAL_DEFAULT,
+            stop_strings: vec!["\n\n".into()],
+            ..ok
+        };
+        assert!(fine.check().is_ok());
+    }
 }

@@ -31,21 +31,44 @@ impl Sampling {
                 "temperature {temperature} must be a finite number >= 0"
             )));
         }
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(DecodeError::Sampling(format!(
-                "top-p {top_p} must be in (0, 1]"
-            )));
-        }
+        let params = SampleParams {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        };
+        params.check()?;
         Ok(if temperature == 0.0 {
             Sampling::Greedy
         } else {
-            Sampling::Sample(SampleParams {
-                temperature,
-                top_k,
-                top_p,
-                seed,
-            })
+            Sampling::Sample(params)
         })
+    }
+
+    /// Whether the settings can be sampled from (a library caller may build them by hand).
+    pub fn check(&self) -> Result<()> {
+        match self {
+            Sampling::Greedy => Ok(()),
+            Sampling::Sample(p) if !(p.temperature > 0.0 && p.temperature.is_finite()) => {
+                Err(DecodeError::Sampling(format!(
+                    "temperature {} must be a finite number > 0 to sample (0: greedy)",
+                    p.temperature
+                )))
+            }
+            Sampling::Sample(p) => p.check(),
+        }
+    }
+}
+
+impl SampleParams {
+    fn check(&self) -> Result<()> {
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(DecodeError::Sampling(format!(
+                "top-p {} must be in (0, 1]",
+                self.top_p
+            )));
+        }
+        Ok(())
     }
 }
 
