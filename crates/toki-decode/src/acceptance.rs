@@ -35,6 +35,20 @@ impl Acceptance {
         epsilon: 0.09,
         delta: 0.3,
     };
+
+    /// Typical acceptance needs ε and δ finite and > 0.
+    pub fn check(&self) -> crate::Result<()> {
+        match *self {
+            Acceptance::Typical { epsilon, delta }
+                if !([epsilon, delta].iter().all(|x| x.is_finite() && *x > 0.0)) =>
+            {
+                Err(crate::DecodeError::Request(format!(
+                    "typical acceptance needs epsilon and delta finite and > 0, not {epsilon} and {delta}"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The outcome of trying one node's children.

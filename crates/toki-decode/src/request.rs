@@ -46,14 +46,7 @@ impl Request {
             ));
         }
         self.sampling.check()?;
-        if let Acceptance::Typical { epsilon, delta } = self.acceptance
-            && !([epsilon, delta].iter().all(|x| x.is_finite() && *x > 0.0))
-        {
-            return Err(crate::DecodeError::Request(format!(
-                "typical acceptance needs epsilon and delta > 0, not {epsilon} and {delta}"
-            )));
-        }
-        Ok(())
+        self.acceptance.check()
     }
 
     /// Greedy decoding of `prompt` for up to `max_new_tokens` tokens.

@@ -82,13 +82,14 @@ impl AcceptanceArgs {
             }
             (None | Some(AcceptanceArg::Lossless), false) => Ok(Acceptance::Lossless),
             (Some(AcceptanceArg::Typical), false) => {
-                if !(self.typical_epsilon > 0.0 && self.typical_delta > 0.0) {
-                    bail!("--typical-epsilon and --typical-delta must be > 0");
-                }
-                Ok(Acceptance::Typical {
+                let typical = Acceptance::Typical {
                     epsilon: self.typical_epsilon,
                     delta: self.typical_delta,
-                })
+                };
+                typical
+                    .check()
+                    .context("--typical-epsilon / --typical-delta")?;
+                Ok(typical)
             }
         }
     }
