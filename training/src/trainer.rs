@@ -115,6 +115,9 @@ impl TrainConfig {
         if !(c.head_decay.is_finite() && c.head_decay > 0.0) {
             return bad("the head decay", c.head_decay, "a finite number > 0");
         }
+        if !(0.0..=1.0).contains(&c.teacher_weight) {
+            return bad("the teacher weight", c.teacher_weight, "in [0, 1]");
+        }
         Ok(())
     }
 }
@@ -252,12 +255,6 @@ impl<'a> Trainer<'a> {
             )));
         }
         config.check_rates()?;
-        if !(0.0..=1.0).contains(&config.teacher_weight) {
-            return Err(TrainError::Config(format!(
-                "the teacher weight must be in [0, 1], not {}",
-                config.teacher_weight
-            )));
-        }
         let heads = HeadsConfig {
             base_model: c.model_type.clone(),
             draft_vocab: config.draft_vocab.len(),
@@ -581,7 +578,10 @@ impl<'a> Trainer<'a> {
             .reshape([k, b]); // log p(target), [K, B]
         let alpha = self.config.teacher_weight;
         let picked = if alpha > 0.0 {
-            let teacher = self.teacher(teacher_x, k * b).autodiff(); // [K*B, V or N]
+            // The soft targets: the base's distribution over the same columns, from the
+            // hidden states before each target; a constant (nothing in it needs grads).
+            let teacher_x = Tensor::<2>::from_data(TensorData::new(teacher_x, [k * b, d]), &ad);
+            let teacher = softmax(teacher_x.matmul(lm), 1); // [K*B, V or N]
             let soft = (teacher * log_p).sum_dim(1).reshape([k, b]); // Σ q log p, [K, B]
             picked * (1.0 - alpha) + soft * alpha
         } else {
@@ -610,20 +610,6 @@ impl<'a> Trainer<'a> {
             })
             .collect::<Result<_>>()?;
         Ok((loss_value, head_loss, g))
-    }
-}
-
-impl Trainer<'_> {
-    /// The soft targets: the base's distribution over the logits' columns (the draft
-    /// vocabulary or the whole) for hidden states `x` [R * D], a constant [R, V or N].
-    fn teacher(&self, x: Vec<f32>, r: usize) -> Tensor<2> {
-        let device = self.device();
-        let x = Tensor::<2>::from_data(TensorData::new(x, [r, self.data.hidden_size]), &device);
-        let mut lm = self.base.lm_head().weight.val().cast(DType::F32); // [D, V]
-        if let Some(ids) = self.draft_ids(&device) {
-            lm = lm.select(1, ids); // [D, N]
-        }
-        softmax(x.matmul(lm), 1)
     }
 }
 
