@@ -6,18 +6,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Int, Tensor, TensorData};
-use toki_model::testing::{tiny_config, write_model_folder};
+use toki_model::testing::{ScratchDir, tiny_config, write_model_folder};
 use toki_model::tokenizer::Tokenizer;
 use toki_model::weights::SafetensorsWeights;
 use toki_model::{HeadInput, HeadPath, LlamaConfig, LlamaModel, MedusaHeads, Precision};
 use toki_tests::device;
 use toki_train::{Event, HiddenSet, TrainConfig, Trainer, load_documents, pack};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toki-train-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A fresh folder, removed when the test ends.
+fn scratch(name: &str) -> ScratchDir {
+    ScratchDir::new(&format!("train-{name}")).expect("scratch dir")
 }
 
 fn tiny_model(dir: &Path, config: &LlamaConfig) -> (LlamaModel, Tokenizer) {

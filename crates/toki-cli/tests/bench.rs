@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use toki_model::testing::{tiny_config, write_model_folder};
+use toki_model::testing::{ScratchDir, tiny_config, write_model_folder};
 
 fn toki(args: &[&str], dir: &Path) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_toki"))
@@ -47,8 +47,7 @@ fn bench(dir: &Path, extra: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
-    let dir = std::env::temp_dir().join(format!("toki-cli-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = ScratchDir::new("cli-bench").expect("scratch dir");
     write_model_folder(&dir.join("model"), &tiny_config(64, 2, true), 3).unwrap();
     let text: Vec<String> = (0..200).map(|i| format!("t{}", 5 + i % 9)).collect();
     std::fs::write(

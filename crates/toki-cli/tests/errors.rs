@@ -1,14 +1,13 @@
 //! Bad input to the CLI: a one-line error, a non-zero exit, never a panic.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use toki_model::testing::{tiny_config, write_model_folder};
+use toki_model::testing::{ScratchDir, tiny_config, write_model_folder};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("toki-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh folder, removed when the test ends.
+fn tmp(name: &str) -> ScratchDir {
+    ScratchDir::new(&format!("cli-{name}")).expect("scratch dir")
 }
 
 /// Run `toki generate` and return (exit success, stderr).

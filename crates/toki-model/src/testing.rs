@@ -1,7 +1,7 @@
 //! Tiny models on disk and in memory, for tests and benchmarks: seeded random weights in a
 //! real HF folder layout (config.json, model.safetensors, a word-level tokenizer.json).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::json;
@@ -9,6 +9,47 @@ use serde_json::json;
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
 use crate::weights::{RandomWeights, WeightSource};
+
+/// A fresh folder under the system's temp dir, removed with everything in it when dropped
+/// (a test that passes or panics leaves nothing behind). `name` and the process id keep
+/// concurrent tests and runs apart.
+#[derive(Debug)]
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// Creates `$TMPDIR/toki-{name}-{pid}`, emptied first if an earlier run left it.
+    pub fn new(name: &str) -> std::io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("toki-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for ScratchDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for ScratchDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// `n` pseudo-random values in [-0.5, 0.5) from `seed` (a linear congruential generator:
 /// the same on every machine), for kernel tests.
