@@ -13,6 +13,19 @@ pub enum Backend {
     Cuda,
 }
 
+impl Backend {
+    /// Its `--backend` name: heads folders keep a calibration per backend under it
+    /// (`tree-cpu.json`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Cpu => "cpu",
+            Self::Wgpu => "wgpu",
+            Self::Cuda => "cuda",
+        }
+    }
+}
+
 #[allow(unused_variables)]
 fn available(b: Backend) -> Result<Device> {
     match b {
@@ -49,6 +62,11 @@ fn available(b: Backend) -> Result<Device> {
 
 /// The device for `--backend`.
 pub fn device(b: Backend) -> Result<Device> {
+    resolve(b).map(|(_, device)| device)
+}
+
+/// The device for `--backend`, and which backend it is (`auto` settled).
+pub fn resolve(b: Backend) -> Result<(Backend, Device)> {
     match b {
         Backend::Auto => [Backend::Cuda, Backend::Wgpu]
             .into_iter()
@@ -60,9 +78,10 @@ pub fn device(b: Backend) -> Result<Device> {
                 available(b)
                     .ok()
                     .filter(|d| b != Backend::Wgpu || is_real_gpu(d))
+                    .map(|d| (b, d))
             })
-            .map_or_else(|| available(Backend::Cpu), Ok),
-        other => available(other),
+            .map_or_else(|| Ok((Backend::Cpu, available(Backend::Cpu)?)), Ok),
+        other => Ok((other, available(other)?)),
     }
 }
 

@@ -7,6 +7,7 @@ use toki_decode::{
     Datastore, DynamicTree, Engine, HeadProposer, Lookup, Prompt, Proposer, Tree, TreePreset,
 };
 
+use crate::backend::Backend;
 use crate::cmd::calibrate;
 
 /// How `auto` and calibration files are used.
@@ -22,9 +23,11 @@ pub enum TreeMode {
 pub struct TreeArgs {
     /// Candidate tree: a preset (chain-N, small, medium, medusa-63; cut to the heads'
     /// depth: chain-9 on 3 heads is chain-3), a JSON file (a list of paths, or what `toki
-    /// calibrate` writes), or `auto` (measure this backend now).
-    #[arg(long, default_value = "small")]
-    pub tree: String,
+    /// calibrate` writes), or `auto` (measure this backend now). Default: the heads
+    /// folder's calibration for this backend (HEADS_DIR/tree-cpu.json, tree-wgpu.json,
+    /// tree-cuda.json) where there is one, else `small`.
+    #[arg(long)]
+    pub tree: Option<String>,
     /// For `auto` and `toki calibrate` files: a tree sized each step from the heads'
     /// confidence (dynamic) or the calibrated tree every step (static). Presets and
     /// path lists are static.
@@ -115,18 +118,48 @@ impl Chosen {
     }
 }
 
+/// The preset `--tree` falls back to where the heads folder has no calibration for the
+/// backend.
+pub const FALLBACK_PRESET: &str = "small";
+
+/// The calibration a heads folder keeps for `backend` (`toki calibrate --out` it there).
+pub fn calibration_file(heads_dir: &Path, backend: Backend) -> std::path::PathBuf {
+    heads_dir.join(format!("tree-{}.json", backend.name()))
+}
+
 impl TreeArgs {
-    /// Resolve `--tree`. `auto` measures this backend now: on `calib` prompts (cost curve
-    /// and head accuracy), or with none the cost curve alone (a dynamic tree then trusts the
-    /// heads' probabilities as they are; a static one needs prompts).
+    /// What `--tree` names; left out, the heads folder's calibration for `backend` where
+    /// there is one (a tree measured for that hardware: a preset sized for a GPU can make a
+    /// CPU slower than plain decoding), else [`FALLBACK_PRESET`].
+    pub fn spec(&self, heads_dir: &Path, backend: Backend) -> String {
+        if let Some(tree) = &self.tree {
+            return tree.clone();
+        }
+        let file = calibration_file(heads_dir, backend);
+        let spec = if file.is_file() {
+            file.display().to_string()
+        } else {
+            FALLBACK_PRESET.to_string()
+        };
+        tracing::info!("no --tree: {spec} (for the {} backend)", backend.name());
+        spec
+    }
+
+    /// Resolve `--tree` (see [`Self::spec`]). `auto` measures this backend now: on `calib`
+    /// prompts (cost curve and head accuracy), or with none the cost curve alone (a
+    /// dynamic tree then trusts the heads' probabilities as they are; a static one needs
+    /// prompts).
     pub fn resolve(
         &self,
         engine: &Engine,
         heads: &HeadProposer,
+        heads_dir: &Path,
+        backend: Backend,
         calib: &[Prompt],
         max_new: usize,
     ) -> Result<Chosen> {
-        if self.tree == "auto" {
+        let spec = self.spec(heads_dir, backend);
+        if spec == "auto" {
             if calib.is_empty() {
                 if self.tree_mode == TreeMode::Static {
                     bail!("--tree auto --tree-mode static needs calibration prompts");
@@ -142,7 +175,7 @@ impl TreeArgs {
                 TreeMode::Static => Chosen::Static(c.tree),
             });
         }
-        load(&self.tree, self.tree_mode, heads.num_heads())
+        load(&spec, self.tree_mode, heads.num_heads())
     }
 }
 
@@ -180,5 +213,38 @@ pub fn load(spec: &str, mode: TreeMode, num_heads: usize) -> Result<Chosen> {
             Ok(Chosen::Dynamic(d))
         }
         _ => Ok(Chosen::Static(Tree::from_file(path, num_heads, MAX_RANK)?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toki_model::testing::ScratchDir;
+
+    fn args(tree: Option<&str>) -> TreeArgs {
+        TreeArgs {
+            tree: tree.map(str::to_string),
+            tree_mode: TreeMode::Dynamic,
+            lookup: 8,
+            datastore: None,
+        }
+    }
+
+    /// Left out, `--tree` is the heads folder's calibration for the backend in use, and the
+    /// preset only where the folder has none; a named tree always wins.
+    #[test]
+    fn the_default_tree_is_the_heads_calibration_for_this_backend() {
+        let heads = ScratchDir::new("cli-tree-default").expect("scratch dir");
+        assert_eq!(args(None).spec(&heads, Backend::Cpu), FALLBACK_PRESET);
+        let cpu = calibration_file(&heads, Backend::Cpu);
+        assert!(cpu.ends_with("tree-cpu.json"), "{}", cpu.display());
+        std::fs::write(&cpu, "[[0]]").expect("tree file");
+        assert_eq!(
+            args(None).spec(&heads, Backend::Cpu),
+            cpu.display().to_string()
+        );
+        assert_eq!(args(None).spec(&heads, Backend::Wgpu), FALLBACK_PRESET);
+        assert_eq!(args(Some("medium")).spec(&heads, Backend::Cpu), "medium");
+        assert_eq!(args(Some("auto")).spec(&heads, Backend::Cpu), "auto");
     }
 }

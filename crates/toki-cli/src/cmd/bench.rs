@@ -42,12 +42,13 @@ pub struct ModelAndHeads {
 }
 
 impl ModelAndHeads {
-    pub fn load(&self) -> Result<(Engine, HeadProposer)> {
-        let device = backend::device(self.backend)?;
+    /// The engine, the heads, and the backend they run on (`auto` settled).
+    pub fn load(&self) -> Result<(Engine, HeadProposer, Backend)> {
+        let (backend, device) = backend::resolve(self.backend)?;
         let engine = Engine::load(&self.model, &device, &EngineOptions::default())
             .with_context(|| format!("loading {}", self.model.display()))?;
         let heads = heads::load(&self.heads, &engine, self.draft)?;
-        Ok((engine, heads))
+        Ok((engine, heads, backend))
     }
 }
 
@@ -214,15 +215,20 @@ pub fn run(a: Args) -> Result<()> {
             *n <= a.per_category
         });
     }
-    let (engine, heads) = a.target.load()?;
+    let (engine, heads, backend) = a.target.load()?;
     // Up to 8 prompts spread over the file (and so over its categories) for `auto`.
     let calib: Vec<Prompt> = calibrate::pick(&prompts, 8, Take::Spread)
         .into_iter()
         .map(to_prompt)
         .collect();
-    let tree = a
-        .tree
-        .resolve(&engine, &heads, &calib, a.max_new_tokens.min(64))?;
+    let tree = a.tree.resolve(
+        &engine,
+        &heads,
+        &a.target.heads,
+        backend,
+        &calib,
+        a.max_new_tokens.min(64),
+    )?;
     let datastore = a.tree.datastore(&a.target.heads)?;
     let tree_desc = tree.describe(a.tree.lookup(), datastore.as_ref());
     // Columns the heads score: the draft vocabulary, or the whole vocabulary.

@@ -41,7 +41,9 @@ pub struct Args {
     /// Calibration prompts (the `toki bench` JSONL format).
     #[arg(long)]
     prompts: PathBuf,
-    /// Where to write the tree (paths plus the measurements behind them).
+    /// Where to write the tree (paths plus the measurements behind them). Written as
+    /// HEADS_DIR/tree-<backend>.json (tree-cpu.json), it is what `generate` and `bench`
+    /// use on that backend when `--tree` is left out.
     #[arg(long)]
     out: PathBuf,
     /// How many prompts to calibrate on (at most).
@@ -108,7 +110,7 @@ pub fn run(a: Args) -> Result<()> {
         .into_iter()
         .map(super::bench::to_prompt)
         .collect();
-    let (engine, heads) = a.target.load()?;
+    let (engine, heads, _) = a.target.load()?;
     let c = auto_tree(&engine, &heads, &prompts, a.max_new_tokens)?;
     let text = serde_json::to_string_pretty(&c)?;
     std::fs::write(&a.out, text).with_context(|| format!("writing {}", a.out.display()))?;

@@ -145,7 +145,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let sampling = a.sampling.sampling()?;
     let acceptance = a.acceptance.resolve(&sampling)?;
-    let device = backend::device(a.backend)?;
+    let (backend, device) = backend::resolve(a.backend)?;
     let precision = match a.precision {
         PrecisionArg::F32 => Precision::F32,
         PrecisionArg::F16 => Precision::F16,
@@ -168,7 +168,7 @@ pub fn run(a: Args) -> Result<()> {
         .with_context(|| format!("loading {}", a.model.display()))?;
     if let Some(dir) = &a.heads {
         let heads = crate::heads::load(dir, &engine, a.draft)?;
-        let tree = a.tree.resolve(&engine, &heads, &[], 0)?;
+        let tree = a.tree.resolve(&engine, &heads, dir, backend, &[], 0)?;
         let datastore = a.tree.datastore(dir)?;
         tracing::info!(
             "tree: {}",
