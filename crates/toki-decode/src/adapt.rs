@@ -11,9 +11,14 @@
 //! when it pays, the back-off resets. Each probe decides on the acceptance it measures
 //! itself (τ starts afresh), so a request whose text the heads cannot guess backs off after
 //! one probe even when the requests before it paid. The last plain steps of a back-off
-//! check the first head's guess in their shadow (its pass only, no tree): when every one
-//! misses, the probe is skipped and the back-off doubles. Greedy and lossless outputs do not
-//! depend on the choice: both kinds of step emit the base's tokens.
+//! check the first head's guesses in their shadow (its pass only, no tree): when every one
+//! misses, the probe is skipped and the back-off doubles. Where every path of the tree
+//! starts at a guess the shadow checks (static trees: the first head's top ranks), the
+//! hits bound what a probe can yield: at most the tree's depth after each hit, so when
+//! `1 + depth · hits / checks` tokens a step would not pay at the measured step times, the
+//! probe is skipped too (a 7-node tree costing 2.9 plain steps needs 3 hits of 4 at
+//! depth 3). Greedy and lossless outputs do not depend on the choice: both kinds of step
+//! emit the base's tokens.
 
 /// When a request with heads verifies a tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,6 +71,9 @@ pub struct Policy {
     /// Shadow checks before the next probe, and how many the heads' guess passed.
     shadows: usize,
     shadow_hits: usize,
+    /// The tree's depth where every accepted path starts at a guess the shadow checks
+    /// (see [`Policy::with_shadow_bound`]); `None`: paths may start elsewhere.
+    shadow_depth: Option<usize>,
 }
 
 /// Weight of the newest step time in the times' moving averages.
@@ -96,8 +104,9 @@ fn ema(old: Option<f64>, x: f64, w: f64) -> Option<f64> {
 
 impl Policy {
     /// A policy for one request, starting from what earlier requests measured: when they
-    /// found that speculation does not pay it starts in back-off, when it pays it starts on
-    /// the tree (a probe that measures this request's own τ); with nothing known it times
+    /// found that speculation does not pay (or the last one ended as a probe began) it
+    /// starts in back-off, ending in shadow checks of its own text; when it pays it starts
+    /// on the tree (a probe that measures this request's own τ); with nothing known it times
     /// two plain steps first. Step timings carry over, τ does not: it depends on the text.
     pub fn with_prior(policy: TreePolicy, prior: Estimates) -> Self {
         let mut p = Self::new(policy);
@@ -105,14 +114,19 @@ impl Policy {
             return p;
         }
         (p.plain_s, p.spec_s, p.tau) = (prior.plain_s, prior.spec_s, prior.tau);
-        match p.ratio() {
-            Some(r) if r < MARGIN => {
+        match (p.plain_s, p.spec_s, p.ratio()) {
+            // Both kinds of step timed, and the tree paid: a probe first.
+            (_, _, Some(r)) if r >= MARGIN => p.plain_left = 0,
+            // It did not pay, or its τ is unknown (the last request ended as a probe
+            // began): the back-off's count-down goes on, and its last steps check this
+            // request's own text in the heads' shadow before a probe (the last request's
+            // checks were of other text): at least SHADOW of them.
+            (Some(_), Some(_), _) => {
                 p.backoff = prior.backoff.clamp(FIRST_BACKOFF, MAX_BACKOFF);
-                // 0: the last request ended in a probe; this one probes first.
-                p.plain_left = prior.plain_left.min(p.backoff);
+                p.plain_left = prior.plain_left.min(p.backoff).max(SHADOW);
             }
-            Some(_) => p.plain_left = 0,
-            None => {}
+            // Not both timed yet: the timing steps first, as in a first request.
+            _ => {}
         }
         p.tau = None;
         p
@@ -144,6 +158,36 @@ impl Policy {
             probe_left: PROBE,
             shadows: 0,
             shadow_hits: 0,
+            shadow_depth: None,
+        }
+    }
+
+    /// The shadow checks every first token a tree of `depth` can accept (a static tree's
+    /// depth-1 nodes are the first head's top ranks, and the shadow checks those ranks):
+    /// its hits then bound a probe's yield. Not for trees with lookup chains, whose first
+    /// token can be any.
+    pub fn with_shadow_bound(mut self, depth: usize) -> Self {
+        self.shadow_depth = Some(depth);
+        self
+    }
+
+    /// Whether the shadow checks before a probe say it cannot pay: no guess was right, or
+    /// (with a bound) even `depth` tokens after every right guess would not beat plain
+    /// steps by [`MARGIN`] at the measured step times.
+    fn probe_ruled_out(&self) -> bool {
+        if self.shadows < SHADOW {
+            return false;
+        }
+        if self.shadow_hits == 0 {
+            return true;
+        }
+        match (self.shadow_depth, self.plain_s, self.spec_s) {
+            (Some(depth), Some(p), Some(s)) if s > 0.0 => {
+                let hit_rate = self.shadow_hits as f64 / self.shadows as f64;
+                let best_tau = 1.0 + depth as f64 * hit_rate;
+                best_tau * p / s < MARGIN
+            }
+            _ => false,
         }
     }
 
@@ -185,9 +229,9 @@ impl Policy {
                 self.plain_s = ema(self.plain_s, seconds, ALPHA);
                 self.plain_left = self.plain_left.saturating_sub(1);
                 if self.plain_left == 0 {
-                    if self.shadows >= SHADOW && self.shadow_hits == 0 {
-                        // The heads' first guesses all missed: this text is not theirs
-                        // now. No probe; a longer back-off.
+                    if self.probe_ruled_out() {
+                        // The heads' first guesses missed too often: this text is not
+                        // theirs now. No probe; a longer back-off.
                         self.plain_left = self.backoff;
                         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                     } else {
@@ -308,6 +352,93 @@ mod tests {
         // Without shadow checks (no heads' guesses), probes run as before; and the first
         // request's timing steps are never shadowed.
         assert!(!Policy::new(TreePolicy::Adaptive).shadow_next());
+    }
+
+    /// The rest of a back-off, its shadow checks answered by `hits` in turn: returns
+    /// after the last shadowed step.
+    fn finish_back_off(p: &mut Policy, hits: &[bool]) {
+        let mut hits = hits.iter().copied();
+        let mut shadowed = 0;
+        while p.next() == StepKind::Plain && shadowed < SHADOW {
+            if p.shadow_next() {
+                shadowed += 1;
+                p.observe_shadow(hits.next().unwrap_or(false));
+            }
+            p.observe(StepKind::Plain, 1.0, 1);
+        }
+        assert_eq!(
+            shadowed, SHADOW,
+            "the back-off ended without its shadow checks"
+        );
+    }
+
+    #[test]
+    fn a_static_trees_probe_runs_only_when_the_shadow_hits_could_pay_for_it() {
+        // A tree 3 deep at 2.9 plain steps' time, into back-off after its first probe.
+        let backing_off = |bound: bool| {
+            let mut p = Policy::new(TreePolicy::Adaptive);
+            if bound {
+                p = p.with_shadow_bound(3);
+            }
+            drive(&mut p, PLAIN_WARMUP + PROBE, 1.0, 2.9, 1);
+            assert_eq!(p.next(), StepKind::Plain);
+            p
+        };
+        // 2 hits of 4: at most 1 + 3 · 0.5 = 2.5 tokens a step, 0.86x plain: no probe, a
+        // longer back-off.
+        let mut p = backing_off(true);
+        finish_back_off(&mut p, &[true, false, true, false]);
+        assert_eq!(p.next(), StepKind::Plain);
+        assert_eq!(p.estimates().plain_left, 2 * FIRST_BACKOFF);
+        // 3 hits of 4: up to 3.25 tokens, 1.12x: the probe runs.
+        let mut p = backing_off(true);
+        finish_back_off(&mut p, &[true, true, false, true]);
+        assert_eq!(p.next(), StepKind::Speculative);
+        // Without the bound (trees whose paths may start off the checked guesses), one
+        // hit is enough.
+        let mut p = backing_off(false);
+        finish_back_off(&mut p, &[false, true, false, false]);
+        assert_eq!(p.next(), StepKind::Speculative);
+        // A cheap tree: 1 hit of 4 bounds τ by 1.75, against 1.2 plain steps' time.
+        let mut p = Policy::new(TreePolicy::Adaptive).with_shadow_bound(3);
+        drive(&mut p, PLAIN_WARMUP + PROBE, 1.0, 1.2, 1);
+        finish_back_off(&mut p, &[false, false, true, false]);
+        assert_eq!(p.next(), StepKind::Speculative);
+    }
+
+    #[test]
+    fn a_request_in_back_off_checks_its_own_text_before_probing() {
+        // The last request's count-down ran out as it ended: this request still checks
+        // its own first steps in the shadow, and skips a probe they rule out.
+        let prior = Estimates {
+            plain_s: Some(1.0),
+            spec_s: Some(2.9),
+            tau: Some(1.0),
+            backoff: 32,
+            plain_left: 0,
+        };
+        let mut p = Policy::with_prior(TreePolicy::Adaptive, prior).with_shadow_bound(3);
+        assert_eq!(p.next(), StepKind::Plain);
+        assert!(p.shadow_next());
+        finish_back_off(&mut p, &[false, true, false, false]);
+        assert_eq!(p.next(), StepKind::Plain, "1 hit of 4 cannot pay at 2.9x");
+        assert_eq!(p.estimates().plain_left, 32);
+    }
+
+    #[test]
+    fn a_request_after_one_that_ended_as_its_probe_began_checks_before_probing() {
+        // Both kinds of step timed, τ unknown: no timing steps, the shadow checks first.
+        let prior = Estimates {
+            plain_s: Some(1.0),
+            spec_s: Some(2.9),
+            tau: None,
+            backoff: 16,
+            plain_left: 0,
+        };
+        let mut p = Policy::with_prior(TreePolicy::Adaptive, prior).with_shadow_bound(3);
+        finish_back_off(&mut p, &[false, false, false, false]);
+        assert_eq!(p.next(), StepKind::Plain);
+        assert_eq!(p.estimates().plain_left, 16);
     }
 
     #[test]

@@ -299,10 +299,19 @@ fn draft<'e>(
     Ok((tokens, buffers, Some(chosen)))
 }
 
-/// The first head's top guess for the token after the root (one head's pass, no tree).
-fn first_guess(s: &Speculation, input: StepInput<'_>) -> Result<Option<u32>> {
-    let ranked = s.heads.rank_until(input, &[1], &mut |_| true)?;
-    Ok(ranked.first().and_then(|r| r.first()).map(|&(t, _)| t))
+/// The first head's guesses for the token after the root (one head's pass, no tree): as
+/// many as a static tree verifies at depth 1 (every path it can accept starts at one), the
+/// top one for a dynamic tree.
+fn first_guesses(s: &Speculation, input: StepInput<'_>) -> Result<Vec<u32>> {
+    let width = match &s.shape {
+        TreeShape::Static { tree, .. } => tree.top_k().first().copied().unwrap_or(1).max(1),
+        TreeShape::Dynamic(_) => 1,
+    };
+    let ranked = s.heads.rank_until(input, &[width], &mut |_| true)?;
+    Ok(ranked
+        .first()
+        .map(|r| r.iter().take(width).map(|&(t, _)| t).collect())
+        .unwrap_or_default())
 }
 
 /// What one step did, for [`Learnt::record`].
@@ -312,8 +321,8 @@ struct StepRecord<'a> {
     choice: Option<&'a Chosen>,
     verdict: &'a Verdict,
     emitted: &'a [u32],
-    /// The first head's guess made in a plain step's shadow.
-    shadow: Option<u32>,
+    /// The first head's guesses made in a plain step's shadow.
+    shadow: Option<Vec<u32>>,
     /// From the step's start: drafted, forwarded, verified, done.
     times: [Duration; 4],
 }
@@ -331,8 +340,17 @@ impl Learnt {
     fn from_engine(engine: &Engine, request: &Request, prompt_tokens: usize) -> Self {
         let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
         tracing::debug!(prompt_tokens, ?prior, "request starts");
+        let mut policy = Policy::with_prior(request.tree_policy, prior);
+        // A static tree's paths all start at the first head's ranks the shadow checks.
+        if let Some(Speculation {
+            shape: TreeShape::Static { tree, .. },
+            ..
+        }) = &engine.speculation
+        {
+            policy = policy.with_shadow_bound(tree.depth());
+        }
         Self {
-            policy: Policy::with_prior(request.tree_policy, prior),
+            policy,
             feedback: engine
                 .feedback
                 .lock()
@@ -404,11 +422,12 @@ impl Learnt {
             verify_ms = ms(verified - forwarded),
             "decode step"
         );
-        if let Some(guess) = shadow {
-            self.policy.observe_shadow(guess == verdict.bonus);
+        let shadowed = shadow.is_some();
+        if let Some(guesses) = shadow {
+            self.policy.observe_shadow(guesses.contains(&verdict.bonus));
         }
         // The policy times plain decoding without the shadow's pass.
-        let shadow_time = shadow.map_or(Duration::ZERO, |_| drafted);
+        let shadow_time = if shadowed { drafted } else { Duration::ZERO };
         self.policy
             .observe(kind, (done - shadow_time).as_secs_f64(), emitted.len());
     }
@@ -530,7 +549,7 @@ pub(crate) fn run(
         // A plain step near a back-off's end: the first head's guess in its shadow.
         let shadow = match spec {
             Some(s) if step_spec.is_none() && learnt.policy.shadow_next() => {
-                first_guess(s, input(last_hidden.clone()))?
+                Some(first_guesses(s, input(last_hidden.clone()))?)
             }
             _ => None,
         };
