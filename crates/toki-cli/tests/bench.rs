@@ -161,6 +161,13 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
             Some(first) => assert_eq!(first, &ids, "--tree {tree} {mode}"),
         }
     }
+    // No --tree: the small preset (static, cut to the 2 heads) until the heads folder holds a calibration for
+    // the backend, then that (its dynamic tree).
+    let (ok, _, err) = bench(&dir, &[]);
+    assert!(ok && err.contains("tree: static, "), "{err}");
+    std::fs::copy(dir.join("tree.json"), dir.join("heads/tree-cpu.json")).unwrap();
+    let (ok, _, err) = bench(&dir, &[]);
+    assert!(ok && err.contains("tree: dynamic"), "{err}");
     assert!(dir.join("report/report.md").exists() && dir.join("report/speedup.svg").exists());
     let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
     assert!(md.contains("tree: "), "the report names the tree: {md}");
