@@ -301,8 +301,8 @@ fn draft<'e>(
 
 /// The first head's guesses for the token after the root (one head's pass, no tree): as
 /// many as a static tree verifies at depth 1 (every path it can accept starts at one), the
-/// top one for a dynamic tree.
-fn first_guesses(s: &Speculation, input: StepInput<'_>) -> Result<Vec<u32>> {
+/// top one for a dynamic tree. `None` where the head ranks nothing.
+fn first_guesses(s: &Speculation, input: StepInput<'_>) -> Result<Option<Vec<u32>>> {
     let width = match &s.shape {
         TreeShape::Static { tree, .. } => tree.top_k().first().copied().unwrap_or(1).max(1),
         TreeShape::Dynamic(_) => 1,
@@ -310,8 +310,8 @@ fn first_guesses(s: &Speculation, input: StepInput<'_>) -> Result<Vec<u32>> {
     let ranked = s.heads.rank_until(input, &[width], &mut |_| true)?;
     Ok(ranked
         .first()
-        .map(|r| r.iter().take(width).map(|&(t, _)| t).collect())
-        .unwrap_or_default())
+        .map(|r| r.iter().take(width).map(|&(t, _)| t).collect::<Vec<_>>())
+        .filter(|guesses| !guesses.is_empty()))
 }
 
 /// What one step did, for [`Learnt::record`].
@@ -422,12 +422,11 @@ impl Learnt {
             verify_ms = ms(verified - forwarded),
             "decode step"
         );
-        let shadowed = shadow.is_some();
-        if let Some(guesses) = shadow {
+        if let Some(guesses) = &shadow {
             self.policy.observe_shadow(guesses.contains(&verdict.bonus));
         }
         // The policy times plain decoding without the shadow's pass.
-        let shadow_time = if shadowed { drafted } else { Duration::ZERO };
+        let shadow_time = shadow.map_or(Duration::ZERO, |_| drafted);
         self.policy
             .observe(kind, (done - shadow_time).as_secs_f64(), emitted.len());
     }
@@ -549,7 +548,7 @@ pub(crate) fn run(
         // A plain step near a back-off's end: the first head's guess in its shadow.
         let shadow = match spec {
             Some(s) if step_spec.is_none() && learnt.policy.shadow_next() => {
-                Some(first_guesses(s, input(last_hidden.clone()))?)
+                first_guesses(s, input(last_hidden.clone()))?
             }
             _ => None,
         };
