@@ -299,14 +299,10 @@ fn draft<'e>(
     Ok((tokens, buffers, Some(chosen)))
 }
 
-/// The first head's guesses for the token after the root (one head's pass, no tree): as
-/// many as a static tree verifies at depth 1 (every path it can accept starts at one), the
-/// top one for a dynamic tree. `None` where the head ranks nothing.
+/// The first head's guesses for the token after the root (one head's pass, no tree), as
+/// many as [`TreeShape::shadow`] says. `None` where the head ranks nothing.
 fn first_guesses(s: &Speculation, input: StepInput<'_>) -> Result<Option<Vec<u32>>> {
-    let width = match &s.shape {
-        TreeShape::Static { tree, .. } => tree.top_k().first().copied().unwrap_or(1).max(1),
-        TreeShape::Dynamic(_) => 1,
-    };
+    let (width, _) = s.shape.shadow();
     let ranked = s.heads.rank_until(input, &[width], &mut |_| true)?;
     Ok(ranked
         .first()
@@ -341,13 +337,8 @@ impl Learnt {
         let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
         tracing::debug!(prompt_tokens, ?prior, "request starts");
         let mut policy = Policy::with_prior(request.tree_policy, prior);
-        // A static tree's paths all start at the first head's ranks the shadow checks.
-        if let Some(Speculation {
-            shape: TreeShape::Static { tree, .. },
-            ..
-        }) = &engine.speculation
-        {
-            policy = policy.with_shadow_bound(tree.depth());
+        if let Some((_, Some(depth))) = engine.speculation.as_ref().map(|s| s.shape.shadow()) {
+            policy = policy.with_shadow_bound(depth);
         }
         Self {
             policy,

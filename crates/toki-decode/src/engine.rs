@@ -93,6 +93,20 @@ impl TreeShape {
             Self::Dynamic(d) => d.max_nodes(),
         }
     }
+
+    /// What the adaptive policy's shadow checks look at: how many of the first head's
+    /// guesses, and the depth their hits bound where every path the tree can accept starts
+    /// at one of them (a static tree's depth-1 nodes are the first head's top `top_k[0]`;
+    /// a dynamic tree's lookup chains can start with any token: its top guess, no bound).
+    pub fn shadow(&self) -> (usize, Option<usize>) {
+        match self {
+            Self::Static { tree, .. } => {
+                let width = tree.top_k().first().copied().unwrap_or(1).max(1);
+                (width, Some(tree.depth()))
+            }
+            Self::Dynamic(_) => (1, None),
+        }
+    }
 }
 
 /// Tokens handed to a streaming callback as they are accepted.
