@@ -161,8 +161,8 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
             Some(first) => assert_eq!(first, &ids, "--tree {tree} {mode}"),
         }
     }
-    // No --tree: the small preset (static, cut to the 2 heads) until the heads folder holds a calibration for
-    // the backend, then that (its dynamic tree).
+    // No --tree: the small preset (static, cut to the 2 heads) until the heads folder
+    // holds a calibration for the backend, then that (its dynamic tree).
     let (ok, _, err) = bench(&dir, &[]);
     assert!(ok && err.contains("tree: static, "), "{err}");
     std::fs::copy(dir.join("tree.json"), dir.join("heads/tree-cpu.json")).unwrap();
