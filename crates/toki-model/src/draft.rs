@@ -21,7 +21,7 @@ use burn::tensor::{DType, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
-use crate::heads::{HeadKind, HeadPath, MedusaHeads};
+use crate::heads::{HeadKind, HeadPath, HostScore, MedusaHeads, Scoring};
 use crate::kernels::{HostPrecision, HostWeight};
 use crate::llama::{LlamaModel, host_matmul, host_path, transpose};
 
@@ -259,6 +259,15 @@ impl DraftVocab {
         // read no proposals: the matrix is read once), one per head for the own kind.
         let last = self.projections.len() - 1;
         let score = |h: usize, x: Tensor<2>| self.projections[h.min(last)].forward(x);
-        heads.run(hidden, path, base, &score, Some(&self.id_tensor), enough)
+        let hosts: Option<Vec<&HostWeight>> =
+            self.projections.iter().map(|p| p.host.as_ref()).collect();
+        let host_score =
+            hosts.map(|ws| move |h: usize, x: &[f32], m: usize| ws[h.min(last)].matmul(x, m));
+        let scoring = Scoring {
+            tensor: &score,
+            host: host_score.as_ref().map(|f| f as HostScore<'_>),
+            ids: Some((&self.id_tensor, &self.ids)),
+        };
+        heads.run(hidden, path, base, &scoring, enough)
     }
 }

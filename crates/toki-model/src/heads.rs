@@ -34,12 +34,12 @@
 use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::silu;
-use burn::tensor::{DType, Int, Tensor};
+use burn::tensor::{DType, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::host_vec;
-use crate::kernels::{HostPrecision, HostWeight};
-use crate::llama::{LlamaModel, host_matmul, host_path, transpose};
+use crate::kernels::HostPrecision;
+use crate::llama::{LlamaModel, host_matmul, host_path};
 
 /// Where a head's vocabulary projection comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,19 +191,12 @@ pub struct MedusaHeads {
     host: Option<Vec<HostHead>>,
 }
 
-/// One head's F_k,j and residual-block weights on the host, `[out, in]`.
-#[derive(Debug, Clone)]
-struct HostHead {
-    path: Vec<HostWeight>,
-    blocks: Vec<HostWeight>,
-}
-
 /// `linear`(x) [R, in] -> [R, out], on the host kernel where there is a host copy (and the
 /// rows record no gradients).
-fn project(linear: &Linear, host: Option<&HostWeight>, x: Tensor<2>) -> Tensor<2> {
+fn project(linear: &Linear, host: Option<&HostLinear>, x: Tensor<2>) -> Tensor<2> {
     match host {
-        Some(w) if host_path(&x) => {
-            let y = host_matmul(w, x);
+        Some(h) if host_path(&x) => {
+            let y = host_matmul(&h.w, x);
             match &linear.bias {
                 Some(b) => y + b.val().unsqueeze(),
                 None => y,
@@ -213,8 +206,29 @@ fn project(linear: &Linear, host: Option<&HostWeight>, x: Tensor<2>) -> Tensor<2
     }
 }
 
+/// How [`MedusaHeads::run`] scores each head's features.
+pub(crate) struct Scoring<'a> {
+    /// Head h's features [R, D] -> its logits [R, C].
+    pub(crate) tensor: &'a dyn Fn(usize, Tensor<2>) -> Tensor<2>,
+    /// The same on host rows, where the projection has a host copy.
+    pub(crate) host: Option<HostScore<'a>>,
+    /// Column c is token `ids[c]`, on the device and on the host (the vocabulary itself
+    /// without).
+    pub(crate) ids: Option<(&'a Tensor<1, Int>, &'a [u32])>,
+}
+
+/// `tokens` [R] read back, `None` where they cannot be.
+fn token_vec(tokens: Tensor<1, Int>) -> Option<Vec<u32>> {
+    let v = tokens.try_into_vec_as::<i64>().ok()?;
+    v.into_iter().map(|t| u32::try_from(t).ok()).collect()
+}
+
 // Construction, loading and saving.
 mod weights;
+// The pass on host rows.
+mod host;
+pub(crate) use host::HostScore;
+use host::{HostHead, HostLinear};
 
 impl MedusaHeads {
     pub fn config(&self) -> &HeadsConfig {
@@ -244,25 +258,62 @@ impl MedusaHeads {
         })
     }
 
-    /// Every head's logits for hidden states [R, D]: `score(h, features)` maps head h's
-    /// features [R, D] to logits [R, C]; column c is token `ids[c]` (the vocabulary itself
-    /// without `ids`). Shared heads that read no proposals are scored in one `score(0, ..)`
-    /// of all K heads' features ([K*R, D]: the matrix is read once). `enough(h, logits)` is
-    /// told each head's logits [R, C] in order, as they come, and may end the run there
-    /// (`true`): the heads after h are not computed, and only h + 1 come back.
+    /// Every head's logits for hidden states [R, D]: `scoring.tensor(h, features)` maps head
+    /// h's features [R, D] to logits [R, C]. Shared heads that read no proposals are scored
+    /// in one `score(0, ..)` of all K heads' features ([K*R, D]: the matrix is read once).
+    /// `enough(h, logits)` is told each head's logits [R, C] in order, as they come, and may
+    /// end the run there (`true`): the heads after h are not computed, and only h + 1 come
+    /// back. Rows on the host path run on host vectors where the heads and the scoring
+    /// have host copies ([`host`]), with the same products.
     pub(crate) fn run(
         &self,
         hidden: Tensor<2>,
         path: HeadPath,
         base: &LlamaModel,
-        score: &dyn Fn(usize, Tensor<2>) -> Tensor<2>,
-        ids: Option<&Tensor<1, Int>>,
+        scoring: &Scoring<'_>,
         enough: &mut dyn FnMut(usize, &Tensor<2>) -> bool,
     ) -> Vec<Tensor<2>> {
         let [r, _] = hidden.dims();
         let k = self.heads.len();
         let input = self.config.input;
         let reads = input.path_len(k - 1);
+        if let (Some(hosts), Some(score)) = (self.host.as_deref(), scoring.host)
+            && host_path(&hidden)
+            && let Some(tokens) = match &path {
+                _ if reads == 0 => Some((vec![], false)),
+                HeadPath::Root(root) => {
+                    token_vec(root.clone()).map(|t| (vec![t], input == HeadInput::HiddenAndPath))
+                }
+                HeadPath::Given(given) => {
+                    let t: Option<Vec<_>> =
+                        given.iter().take(reads).cloned().map(token_vec).collect();
+                    t.map(|t| (t, false))
+                }
+            }
+        {
+            let device = hidden.device();
+            let mut out = Vec::with_capacity(k);
+            let mut give = |h: usize, logits: Vec<f32>| {
+                let c = logits.len() / r;
+                let t = Tensor::from_data(TensorData::new(logits, [r, c]), &device);
+                let stop = enough(h, &t);
+                out.push(t);
+                stop
+            };
+            let ids = scoring.ids.map(|(_, ids)| ids);
+            self.run_host(
+                hosts,
+                &host_vec(hidden),
+                r,
+                tokens,
+                base,
+                score,
+                ids,
+                &mut give,
+            );
+            return out;
+        }
+        let score = scoring.tensor;
         let dtype = hidden.dtype();
         let embed = |t: Tensor<1, Int>| base.embed(t).cast(dtype); // [R, D]
         let (mut path, chained): (Vec<Tensor<2>>, bool) = match path {
@@ -297,8 +348,8 @@ impl MedusaHeads {
             if chained && h + 1 < k {
                 // The next head reads this one's top-1 proposal, chosen on the device.
                 let col = logits.clone().argmax(1).reshape([r]); // [R]
-                let token = match ids {
-                    Some(ids) => ids.clone().select(0, col),
+                let token = match scoring.ids {
+                    Some((ids, _)) => ids.clone().select(0, col),
                     None => col,
                 };
                 path.push(embed(token));
@@ -323,16 +374,7 @@ impl MedusaHeads {
             self.host = None;
             return self;
         }
-        let copy = |l: &Linear| {
-            let [d_in, d_out] = l.weight.val().dims();
-            // Burn keeps [in, out]; the kernel reads [out, in].
-            HostWeight::with_precision(
-                transpose(&host_vec(l.weight.val()), d_in, d_out),
-                d_out,
-                d_in,
-                precision,
-            )
-        };
+        let copy = |l: &Linear| HostLinear::copy(l, precision);
         let host = self
             .heads
             .iter()
@@ -351,7 +393,7 @@ impl MedusaHeads {
         self.host
             .as_ref()
             .and_then(|h| h.iter().flat_map(|c| c.blocks.iter().chain(&c.path)).next())
-            .map_or(HostPrecision::F32, HostWeight::precision)
+            .map_or(HostPrecision::F32, |l| l.w.precision())
     }
 
     /// Head `h`'s own vocabulary projection ([D, vocab] weight); `None` for the shared kind.
@@ -396,6 +438,16 @@ impl MedusaHeads {
             Some(lm) => lm.forward(x).cast(DType::F32),
             None => base.logits(x),
         };
-        self.run(hidden, path, base, &score, None, enough)
+        // Own heads' vocabulary projections have no host copy; the base's has.
+        let lm_host = base
+            .lm_head_host()
+            .filter(|_| self.config.kind == HeadKind::Shared);
+        let host_score = lm_host.map(|w| move |_: usize, x: &[f32], m: usize| w.matmul(x, m));
+        let scoring = Scoring {
+            tensor: &score,
+            host: host_score.as_ref().map(|f| f as HostScore<'_>),
+            ids: None,
+        };
+        self.run(hidden, path, base, &scoring, enough)
     }
 }

@@ -339,6 +339,11 @@ impl LlamaModel {
         self
     }
 
+    /// The lm_head's host copy ([`crate::kernels`]), where small steps use one.
+    pub(crate) fn lm_head_host(&self) -> Option<&HostWeight> {
+        self.lm_head_host.as_ref()
+    }
+
     /// Whether small steps run on the host kernel ([`crate::kernels`]).
     pub fn uses_host_kernels(&self) -> bool {
         self.lm_head_host.is_some()

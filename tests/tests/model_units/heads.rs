@@ -356,6 +356,75 @@ fn heads_on_the_host_kernel_match_burns() {
 }
 
 #[test]
+fn heads_on_host_rows_match_the_tensor_path() {
+    // Where the heads and their scoring have host copies, a step's rows run the whole pass
+    // on host vectors (`heads/host.rs`); heads without host copies take the tensor path.
+    // Both must give the same logits for every kind of head, with and without a draft
+    // vocabulary, chained heads included (each reads the previous one's top-1), and stop
+    // where `enough` says so.
+    let m = model(16, 2);
+    let draft_ids: Vec<u32> = (0..64).rev().step_by(3).collect(); // 22 ids, not in order
+    for (kind, input) in [
+        (HeadKind::Shared, HeadInput::Hidden),
+        (HeadKind::Shared, HeadInput::HiddenAndNext),
+        (HeadKind::Shared, HeadInput::HiddenAndPath),
+        (HeadKind::Own, HeadInput::HiddenAndPath),
+    ] {
+        let cfg = HeadsConfig {
+            input,
+            ..HeadsConfig::for_model(kind, 3, 2, m.config())
+        };
+        let tensor_path = MedusaHeads::random(cfg, 17, 0.3, &dev()).unwrap();
+        let host = tensor_path
+            .clone()
+            .with_host_kernels_in(&m, HostPrecision::F32);
+        let full = |h: &MedusaHeads, x: Tensor<2>, r| h.forward(x, next(r), &m);
+        let cut_tensor = DraftVocab::new(draft_ids.clone(), &tensor_path, &m).unwrap();
+        let cut_host = DraftVocab::new(draft_ids.clone(), &host, &m).unwrap();
+        for rows in [1, 3] {
+            let hidden =
+                Tensor::<2>::random([rows, 32], burn::tensor::Distribution::Default, &dev());
+            let pairs = [
+                (
+                    full(&tensor_path, hidden.clone(), rows),
+                    full(&host, hidden.clone(), rows),
+                ),
+                (
+                    cut_tensor.logits(&tensor_path, hidden.clone(), next(rows), &m),
+                    cut_host.logits(&host, hidden.clone(), next(rows), &m),
+                ),
+            ];
+            for (vocab, (a, b)) in ["full", "draft"].iter().zip(pairs) {
+                assert_eq!(a.len(), 3);
+                assert_eq!(b.len(), 3);
+                for (h, (x, y)) in a.into_iter().zip(b).enumerate() {
+                    assert_eq!(x.dims(), y.dims());
+                    let d = max_diff(&vec2(x), &vec2(y));
+                    assert!(
+                        d < 1e-4,
+                        "{kind:?} {input:?} {vocab} rows {rows} head {h}: differ by {d}"
+                    );
+                }
+            }
+            // `enough` after head 2: two heads come back, and it was told both in order.
+            let mut told = vec![];
+            let got = cut_host.logits_until(
+                &host,
+                hidden.clone(),
+                HeadPath::Root(next(rows)),
+                &m,
+                &mut |h, l| {
+                    told.push((h, l.dims()));
+                    h == 1
+                },
+            );
+            assert_eq!(got.len(), 2);
+            assert_eq!(told, vec![(0, [rows, 22]), (1, [rows, 22])]);
+        }
+    }
+}
+
+#[test]
 fn draft_vocabulary_files_are_checked() {
     let path = std::path::Path::new("draft-vocab.json");
     let counts = TokenCounts::count("test", [5u32, 7, 5, 9, 5, 7]);
