@@ -279,6 +279,7 @@ impl MedusaHeads {
         let reads = input.path_len(k - 1);
         if let (Some(hosts), Some(score)) = (self.host.as_deref(), scoring.host)
             && host_path(&hidden)
+            && r > 0
             && let Some(tokens) = match &path {
                 _ if reads == 0 => Some((vec![], false)),
                 HeadPath::Root(root) => {
