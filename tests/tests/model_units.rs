@@ -4,7 +4,9 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use toki_decode::{Tree, TreePreset};
-use toki_model::testing::{tensor_shapes, tiny_config, write_model_folder, write_safetensors};
+use toki_model::testing::{
+    ScratchDir, tensor_shapes, tiny_config, write_model_folder, write_safetensors,
+};
 use toki_model::weights::{RandomWeights, SafetensorsWeights, WeightSource};
 use toki_model::{
     AttnMask, DraftVocab, HeadInput, HeadKind, HeadPath, HeadsConfig, LlamaConfig, LlamaModel,
@@ -337,7 +339,7 @@ fn load(dir: &std::path::Path, c: &LlamaConfig) -> Result<LlamaModel, ModelError
 
 #[test]
 fn import_errors_name_the_tensor() {
-    let tmp = std::env::temp_dir().join(format!("toki-import-{}", std::process::id()));
+    let tmp = ScratchDir::new("import").unwrap();
     let c = write_tiny(&tmp);
     assert!(load(&tmp, &c).is_ok());
     let st = tmp.join("model.safetensors");
@@ -395,7 +397,6 @@ fn import_errors_name_the_tensor() {
     std::fs::write(&st, &bytes[..bytes.len() / 2]).unwrap();
     let e = load(&tmp, &c).unwrap_err().to_string();
     assert!(e.contains("model.safetensors"), "{e}");
-    std::fs::remove_dir_all(&tmp).ok();
 }
 
 #[test]

@@ -168,13 +168,11 @@ mod tests {
             target: vec![false, true, true, false, true],
             starts: vec![0, 2, 5],
         };
-        let dir = std::env::temp_dir().join(format!("toki-hidden-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = toki_model::testing::ScratchDir::new("hidden").unwrap();
         let path = dir.join("hidden-cache.safetensors");
         set.save(&path, "key-a").unwrap();
         assert_eq!(HiddenSet::load(&path, "key-a").unwrap(), Some(set));
         assert_eq!(HiddenSet::load(&path, "key-b").unwrap(), None);
         assert_eq!(HiddenSet::load(&dir.join("absent"), "key-a").unwrap(), None);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -352,8 +352,7 @@ mod tests {
 
     #[test]
     fn saves_and_loads_and_names_the_file_of_a_bad_one() {
-        let dir = std::env::temp_dir().join(format!("toki-ds-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = toki_model::testing::ScratchDir::new("ds").unwrap();
         for docs in [
             vec![vec![1, 2, 3], vec![4, 2, 3, 5]],
             vec![vec![70_000, 2, 3]],
@@ -372,6 +371,5 @@ mod tests {
         let missing = Datastore::load(&dir.join("missing.safetensors")).unwrap_err();
         assert!(missing.to_string().contains("missing.safetensors"));
         assert!(Datastore::new([vec![1, END]]).is_err());
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -9,7 +9,7 @@ fn reference_medusa_checkpoint_gives_the_same_proposals_as_native() {
     let m = model(8, 2);
     let cfg = HeadsConfig::for_model(HeadKind::Own, 3, 2, m.config());
     let heads = MedusaHeads::random(cfg.clone(), 11, 0.3, &dev()).unwrap();
-    let dir = std::env::temp_dir().join(format!("toki-heads-{}", std::process::id()));
+    let dir = ScratchDir::new("heads").unwrap();
     let native = dir.join("native");
     heads.save(&native).unwrap();
     // The same weights under the reference implementation's key names.
@@ -68,7 +68,6 @@ fn reference_medusa_checkpoint_gives_the_same_proposals_as_native() {
     let big = LlamaModel::from_weights(&LlamaConfig::from_json(r#"{"vocab_size":64,"hidden_size":48,"intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":4}"#).unwrap(), &mut RandomWeights { seed: 1, std: 0.1 }, &dev(), Precision::F32).unwrap();
     let e = MedusaHeads::load(&native, &big).unwrap_err().to_string();
     assert!(e.contains("32") && e.contains("48"), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -109,7 +108,7 @@ fn next_token_heads_read_the_next_token_and_round_trip() {
             );
         }
         // Saved and loaded: same logits, and heads.json says what the heads read.
-        let dir = std::env::temp_dir().join(format!("toki-next-{}-{kind:?}", std::process::id()));
+        let dir = ScratchDir::new(&format!("next-{kind:?}")).unwrap();
         heads.save(&dir).unwrap();
         let json = std::fs::read_to_string(dir.join("heads.json")).unwrap();
         assert!(json.contains("hidden_and_next"), "{json}");
@@ -129,7 +128,6 @@ fn next_token_heads_read_the_next_token_and_round_trip() {
         std::fs::write(dir.join("heads.json"), &json).unwrap();
         let e = MedusaHeads::load(&dir, &m).unwrap_err().to_string();
         assert!(e.contains("heads.0.next.weight"), "{e}");
-        std::fs::remove_dir_all(&dir).ok();
     }
 }
 
@@ -225,7 +223,7 @@ fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
             }
         }
         // Saved and loaded: same logits, and heads.json says what the heads read.
-        let dir = std::env::temp_dir().join(format!("toki-path-{}-{kind:?}", std::process::id()));
+        let dir = ScratchDir::new(&format!("path-{kind:?}")).unwrap();
         heads.save(&dir).unwrap();
         let json = std::fs::read_to_string(dir.join("heads.json")).unwrap();
         assert!(json.contains("hidden_and_path"), "{json}");
@@ -268,7 +266,6 @@ fn path_heads_read_the_top1_chain_when_decoding_and_the_data_in_training() {
                 "{kind:?} f16 round trip differs by {d}"
             );
         }
-        std::fs::remove_dir_all(&dir).ok();
     }
 }
 
@@ -443,13 +440,11 @@ fn draft_vocabulary_files_are_checked() {
     let e = twice.top(2, 64, path).unwrap_err().to_string();
     assert!(e.contains("listed twice"), "{e}");
     // A round trip through the file, and a broken file named in the error.
-    let dir = std::env::temp_dir().join(format!("toki-draft-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("draft").unwrap();
     let file = dir.join("draft-vocab.json");
     counts.write(&file).unwrap();
     assert_eq!(TokenCounts::read(&file).unwrap(), counts);
     std::fs::write(&file, "{\"tokens\": [[1, 2], [3]]}").unwrap();
     let e = TokenCounts::read(&file).unwrap_err().to_string();
     assert!(e.contains("draft-vocab.json"), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }

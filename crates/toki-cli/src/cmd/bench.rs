@@ -374,8 +374,7 @@ mod tests {
     /// Each bad line is refused naming the file and line; `chat` defaults to true.
     #[test]
     fn prompt_file_lines_are_checked() {
-        let dir = std::env::temp_dir().join(format!("toki-bench-prompts-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = toki_model::testing::ScratchDir::new("bench-prompts").unwrap();
         let read = |text: &str| {
             let path = dir.join("p.jsonl");
             std::fs::write(&path, text).unwrap();
@@ -414,6 +413,5 @@ mod tests {
                 "{text}: {err}"
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
