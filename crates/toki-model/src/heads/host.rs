@@ -13,7 +13,8 @@
 //! Measured (`cargo bench --bench heads`, AMD EPYC, 2 cores, two rounds alternating with
 //! the tensor path): a step of the three shipped heads 1.12-1.23 ms -> 0.98-1.06 ms. The
 //! rest is memory: after the base's pass has streamed its weights through the caches, the
-//! heads' 10 MB of weights come from DRAM (with the weights in cache the same products take a sixth of the time).
+//! heads' 10 MB of weights come from DRAM (with the weights in cache the same products take
+//! a sixth of the time).
 
 use burn::nn::Linear;
 use burn::tensor::{DType, Int, Tensor, TensorData};
