@@ -70,7 +70,8 @@ fn add(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }
 
-/// The arg-max column of each row of `logits` [m, c] (the first on ties, NaN never wins).
+/// The arg-max column of each row of `logits` [m, c], the first on ties (unlike Burn's
+/// arg-max, a NaN wins only in column 0).
 fn argmax_rows(logits: &[f32], c: usize) -> Vec<usize> {
     logits
         .chunks_exact(c)
