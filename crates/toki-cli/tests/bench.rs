@@ -171,6 +171,32 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     assert!(dir.join("report/report.md").exists() && dir.join("report/speedup.svg").exists());
     let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
     assert!(md.contains("tree: "), "the report names the tree: {md}");
+    // The control: a second plain run per pair, its ratio to the first beside the speedup.
+    let (ok, out, err) = bench(
+        &dir,
+        &["--tree", "chain-2", "--control", "--report", "report"],
+    );
+    assert!(ok, "{err}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["mismatches"], 0);
+    for (p, r) in last["prompts"].as_array().unwrap().iter().enumerate() {
+        assert!(r["control"].as_f64().unwrap() > 0.0, "prompt {p}: {last}");
+    }
+    let control = &last["overall"]["control"];
+    let (min, max) = (control["min"].as_f64(), control["max"].as_f64());
+    assert!(min.unwrap() > 0.0 && min <= max, "{last}");
+    let below = |x: &serde_json::Value| x.as_u64().filter(|&n| n <= 4);
+    assert!(below(&control["slower"]).is_some(), "{last}");
+    assert!(below(&last["overall"]["slower"]).is_some(), "{last}");
+    assert!(out.contains("control median"), "{out}");
+    let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
+    assert!(md.contains("| control |"), "{md}");
+    // Without it, no control in the JSON.
+    let (ok, out, _) = bench(&dir, &["--tree", "chain-2"]);
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert!(ok && last["overall"].get("control").is_none(), "{last}");
+    assert!(last["prompts"][0].get("control").is_none(), "{last}");
+
     // Sampling: tau and speedup at a temperature, outputs not compared.
     let (ok, out, err) = bench(&dir, &["--tree", "chain-2", "--temperature", "0.7"]);
     assert!(ok, "{err}");

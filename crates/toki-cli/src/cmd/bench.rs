@@ -7,7 +7,12 @@
 //! sides. Greedy outputs must be identical (a mismatch is reported with its prompt and
 //! makes the command fail). Reported per category and overall: τ (tokens per
 //! base pass of the speculative runs), tokens/s of each, speedup (median, min, max over
-//! prompts) and per-head acceptance.
+//! prompts, and how many prompts ran below 1.00x) and per-head acceptance.
+//!
+//! `--control` adds a second plain run to each pair (the three rotate: P S C, S C P,
+//! C P S) and reports its ratio to the first beside the speedup: plain decoding against
+//! itself, the spread a prompt's ratio shows by noise alone on this machine. A speculative
+//! run below 1.00x means little where the control runs as low.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -77,6 +82,10 @@ pub struct Args {
     /// Verify the full tree every step (no fallback to plain steps).
     #[arg(long)]
     no_adapt: bool,
+    /// A second plain run per pair, reported as the control ratio (plain against plain):
+    /// how far a prompt's ratio strays from 1.00x by noise alone.
+    #[arg(long)]
+    control: bool,
     /// Print one JSON object on the last line of stdout.
     #[arg(long)]
     json: bool,
@@ -143,6 +152,9 @@ pub struct PromptResult {
     pub plain_tokens_per_s: f64,
     pub spec_tokens_per_s: f64,
     pub speedup: f64,
+    /// With `--control`: the second plain run's tokens/s over the first's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control: Option<f64>,
     pub tau: f64,
     /// Tree nodes verified per step of the speculative runs (roots included).
     pub nodes_per_step: f64,
@@ -166,22 +178,77 @@ pub struct Summary {
     pub speedup_median: f64,
     pub speedup_min: f64,
     pub speedup_max: f64,
+    /// Prompts whose speedup is below 1.00x.
+    pub slower: usize,
+    /// With `--control`: the control ratios' spread over the same prompts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control: Option<Spread>,
     pub nodes_per_step: f64,
     pub head_acceptance: Vec<f64>,
     pub lookup_share: f64,
+}
+
+/// Median, min and max of per-prompt ratios, and how many are below 1.00x.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub slower: usize,
+}
+
+impl Spread {
+    /// `None` for no ratios.
+    pub fn of(mut ratios: Vec<f64>) -> Option<Self> {
+        ratios.sort_by(|a, b| a.total_cmp(b));
+        let n = ratios.len();
+        let median = match n {
+            0 => return None,
+            n if n % 2 == 1 => ratios[n / 2],
+            n => 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]),
+        };
+        Some(Self {
+            median,
+            min: ratios[0],
+            max: ratios[n - 1],
+            slower: ratios.iter().filter(|&&r| r < 1.0).count(),
+        })
+    }
+}
+
+/// The runs of one repetition of a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Plain,
+    Speculative,
+    /// The second plain run of `--control`.
+    Control,
+}
+
+/// The order of repetition `turn`'s runs (turn = prompt index + repetition): plain and
+/// speculative alternate which goes first; with the control the three rotate, so each
+/// run takes each place as often.
+fn run_order(turn: usize, control: bool) -> Vec<Run> {
+    let mut runs = vec![Run::Plain, Run::Speculative];
+    if control {
+        runs.push(Run::Control);
+    }
+    let n = runs.len();
+    runs.rotate_left(turn % n);
+    runs
 }
 
 pub fn summarize(rs: &[&PromptResult]) -> Summary {
     let mean = |f: &dyn Fn(&PromptResult) -> f64| {
         rs.iter().map(|r| f(r)).sum::<f64>() / rs.len().max(1) as f64
     };
-    let mut s: Vec<f64> = rs.iter().map(|r| r.speedup).collect();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let median = match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => 0.5 * (s[n / 2 - 1] + s[n / 2]),
-    };
+    let speedup = Spread::of(rs.iter().map(|r| r.speedup).collect()).unwrap_or(Spread {
+        median: 0.0,
+        min: 0.0,
+        max: 0.0,
+        slower: 0,
+    });
+    let controls: Option<Vec<f64>> = rs.iter().map(|r| r.control).collect();
     let heads = rs
         .iter()
         .map(|r| r.head_acceptance.len())
@@ -192,9 +259,11 @@ pub fn summarize(rs: &[&PromptResult]) -> Summary {
         tau: mean(&|r| r.tau),
         plain_tokens_per_s: mean(&|r| r.plain_tokens_per_s),
         spec_tokens_per_s: mean(&|r| r.spec_tokens_per_s),
-        speedup_median: median,
-        speedup_min: s.first().copied().unwrap_or(0.0),
-        speedup_max: s.last().copied().unwrap_or(0.0),
+        speedup_median: speedup.median,
+        speedup_min: speedup.min,
+        speedup_max: speedup.max,
+        slower: speedup.slower,
+        control: controls.and_then(Spread::of),
         nodes_per_step: mean(&|r| r.nodes_per_step),
         lookup_share: mean(&|r| r.lookup_share),
         head_acceptance: (0..heads)
@@ -261,20 +330,32 @@ pub fn run(a: Args) -> Result<()> {
     let mut results = vec![];
     for (index, p) in prompts.iter().enumerate() {
         let (mut plain_tps, mut spec_tps, mut tau, mut identical) = (0.0, 0.0, 0.0, true);
-        let (mut nodes, mut lookup) = (0.0, 0.0);
+        let (mut nodes, mut lookup, mut control_tps) = (0.0, 0.0, 0.0);
+        // Whether plain decoding gave the same output in the control run.
+        let mut steady = true;
         let mut heads_acc: Vec<f64> = vec![];
         let mut tokens = 0;
         let mut output_ids = vec![];
         for rep in 0..a.repeat {
-            let (plain, spec) = if (index + rep) % 2 == 0 {
-                let plain = engine.generate(&request(p, TreePolicy::Never))?;
-                (plain, engine.generate(&request(p, spec_policy))?)
-            } else {
-                let spec = engine.generate(&request(p, spec_policy))?;
-                (engine.generate(&request(p, TreePolicy::Never))?, spec)
+            let (mut plain, mut spec, mut control) = (None, None, None);
+            for run in run_order(index + rep, a.control) {
+                let (slot, policy) = match run {
+                    Run::Plain => (&mut plain, TreePolicy::Never),
+                    Run::Speculative => (&mut spec, spec_policy),
+                    Run::Control => (&mut control, TreePolicy::Never),
+                };
+                *slot = Some(engine.generate(&request(p, policy))?);
+            }
+            let (Some(plain), Some(spec)) = (plain, spec) else {
+                bail!("internal: a repetition ran without its plain or speculative run");
             };
-            identical &=
-                !matches!(sampling, Sampling::Greedy) || plain.output_ids == spec.output_ids;
+            if matches!(sampling, Sampling::Greedy) {
+                identical &= plain.output_ids == spec.output_ids;
+                steady &= control
+                    .as_ref()
+                    .is_none_or(|c| c.output_ids == plain.output_ids);
+            }
+            control_tps += control.map_or(0.0, |c| c.stats.tokens_per_s);
             plain_tps += plain.stats.tokens_per_s;
             spec_tps += spec.stats.tokens_per_s;
             tau += tokens_per_pass(&spec);
@@ -297,18 +378,25 @@ pub fn run(a: Args) -> Result<()> {
                 p.prompt
             ));
         }
+        if !steady {
+            bar.println(format!(
+                "MISMATCH: two plain runs gave different outputs for {:?}",
+                p.prompt
+            ));
+        }
         results.push(PromptResult {
             category: p.category.clone(),
             prompt: p.prompt.clone(),
             plain_tokens_per_s: plain_tps / r,
             spec_tokens_per_s: spec_tps / r,
             speedup: spec_tps / plain_tps.max(1e-9),
+            control: a.control.then(|| control_tps / plain_tps.max(1e-9)),
             tau: tau / r,
             nodes_per_step: nodes / r,
             head_acceptance: heads_acc.iter().map(|x| x / r).collect(),
             lookup_share: lookup / r,
             tokens,
-            identical,
+            identical: identical && steady,
             output_ids,
         });
         bar.inc(1);
@@ -345,7 +433,9 @@ pub fn run(a: Args) -> Result<()> {
         println!("{v}");
     }
     if mismatches > 0 {
-        bail!("{mismatches} prompt(s) gave different plain and speculative outputs");
+        bail!(
+            "{mismatches} prompt(s) gave different outputs (speculative against plain, or plain against plain with --control)"
+        );
     }
     Ok(())
 }
@@ -369,7 +459,31 @@ pub fn to_prompt(p: &BenchPrompt) -> Prompt {
 
 #[cfg(test)]
 mod tests {
-    use super::read_prompts;
+    use super::{Run, Spread, read_prompts, run_order};
+
+    /// Plain and speculative alternate which goes first; with the control each of the
+    /// three runs takes each place once in three turns.
+    #[test]
+    fn runs_rotate_through_every_place() {
+        use Run::{Control as C, Plain as P, Speculative as S};
+        assert_eq!(run_order(0, false), [P, S]);
+        assert_eq!(run_order(1, false), [S, P]);
+        assert_eq!(run_order(2, false), [P, S]);
+        assert_eq!(run_order(0, true), [P, S, C]);
+        assert_eq!(run_order(1, true), [S, C, P]);
+        assert_eq!(run_order(2, true), [C, P, S]);
+        assert_eq!(run_order(3, true), [P, S, C]);
+    }
+
+    #[test]
+    fn spread_counts_ratios_below_one() {
+        assert!(Spread::of(vec![]).is_none());
+        let s = Spread::of(vec![1.2, 0.9, 1.0, 0.99]).unwrap();
+        assert_eq!((s.min, s.max, s.slower), (0.9, 1.2, 2));
+        assert!((s.median - 0.995).abs() < 1e-12, "{s:?}");
+        let s = Spread::of(vec![1.1, 0.8, 1.3]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.slower), (1.1, 0.8, 1.3, 1));
+    }
 
     /// Each bad line is refused naming the file and line; `chat` defaults to true.
     #[test]

@@ -13,20 +13,31 @@ fn heads(v: &[f64]) -> String {
     parts.join(" ")
 }
 
-/// A Markdown-compatible table: one row per category, then the overall row.
+/// A Markdown-compatible table: one row per category, then the overall row; with
+/// `--control`, the control ratio's median and min and its prompts below 1.00x beside the
+/// speedup's.
 pub fn table(categories: &BTreeMap<String, Summary>, overall: &Summary) -> String {
+    let control = overall.control.is_some();
     let mut s = String::new();
-    let _ = writeln!(
+    let _ = write!(
         s,
-        "| category | prompts | tau | nodes/step | plain tok/s | spec tok/s | speedup median | min | max | head acceptance |"
+        "| category | prompts | tau | nodes/step | plain tok/s | spec tok/s | speedup median | min | max | below 1.00x |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    if control {
+        let _ = write!(s, " control median | control min | control below 1.00x |");
+    }
+    let _ = writeln!(s, " head acceptance |");
+    let _ = write!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    if control {
+        let _ = write!(s, "---:|---:|---:|");
+    }
+    let _ = writeln!(s, "---|");
     let rows = categories
         .iter()
         .map(|(c, x)| (c.as_str(), x))
         .chain([("overall", overall)]);
     for (name, x) in rows {
-        let _ = writeln!(
+        let _ = write!(
             s,
             "| {name} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.2}x | {} |",
             x.prompts,
@@ -37,8 +48,14 @@ pub fn table(categories: &BTreeMap<String, Summary>, overall: &Summary) -> Strin
             x.speedup_median,
             x.speedup_min,
             x.speedup_max,
-            heads(&x.head_acceptance)
+            x.slower,
         );
+        if let Some(c) = &x.control {
+            let _ = write!(s, " {:.2}x | {:.2}x | {} |", c.median, c.min, c.slower);
+        } else if control {
+            let _ = write!(s, " | | |");
+        }
+        let _ = writeln!(s, " {} |", heads(&x.head_acceptance));
     }
     s
 }
@@ -48,7 +65,11 @@ pub fn svg(categories: &BTreeMap<String, Summary>) -> String {
     let (w, h, pad, bar_h) = (720.0, 60.0 + 60.0 * categories.len() as f64, 170.0, 18.0);
     let max_x = categories
         .values()
-        .map(|x| x.speedup_max.max(x.tau))
+        .map(|x| {
+            x.speedup_max
+                .max(x.tau)
+                .max(x.control.map_or(0.0, |c| c.max))
+        })
         .fold(2.0f64, f64::max)
         .ceil();
     let sx = |v: f64| pad + v / max_x * (w - pad - 30.0);
@@ -59,6 +80,13 @@ pub fn svg(categories: &BTreeMap<String, Summary>) -> String {
         s,
         "<text x=\"{pad}\" y=\"20\">speedup over plain decoding (median, min-max) and tau (tokens per base pass)</text>"
     );
+    if categories.values().any(|x| x.control.is_some()) {
+        let _ = writeln!(
+            s,
+            "<text x=\"8\" y=\"{}\" fill=\"#888\">grey: control, plain against plain (min-max)</text>",
+            h - 30.0
+        );
+    }
     for t in 0..=max_x as usize {
         let x = sx(t as f64);
         let _ = writeln!(
@@ -97,6 +125,18 @@ pub fn svg(categories: &BTreeMap<String, Summary>) -> String {
             sx(x.speedup_min),
             sx(x.speedup_max)
         );
+        if let Some(c) = &x.control {
+            // The control's min-max (plain against plain): the noise band, in grey.
+            let cy = y + bar_h - 2.0;
+            let _ = writeln!(
+                s,
+                "<line x1=\"{:.1}\" y1=\"{cy}\" x2=\"{:.1}\" y2=\"{cy}\" stroke=\"#888\" stroke-width=\"3\"><title>control (plain against plain) {:.2}-{:.2}x</title></line>",
+                sx(c.min),
+                sx(c.max),
+                c.min,
+                c.max
+            );
+        }
         let ty = y + bar_h + 4.0;
         let _ = writeln!(
             s,
@@ -128,12 +168,13 @@ pub fn write(
     let mut md = format!(
         "# toki bench\n\n```\n{command}\n```\n\ntree: {tree}\n\n{table}\n![speedup and tau by category](speedup.svg)\n\n"
     );
-    md.push_str("| category | prompt | tokens | tau | plain tok/s | spec tok/s | speedup | identical |\n|---|---|---:|---:|---:|---:|---:|---|\n");
+    md.push_str("| category | prompt | tokens | tau | plain tok/s | spec tok/s | speedup | control | identical |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n");
     for r in results {
         let short: String = r.prompt.chars().take(60).collect();
+        let control = r.control.map_or(String::new(), |c| format!("{c:.2}x"));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.2}x | {} |",
+            "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.2}x | {control} | {} |",
             r.category,
             short.replace('|', "/"),
             r.tokens,
