@@ -2,13 +2,13 @@
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burn::tensor::Tensor;
 use toki_model::{AttnMask, KvCache, LlamaModel};
 
 use crate::acceptance::AcceptRule;
-use crate::adapt::{Policy, StepKind, TreePolicy};
+use crate::adapt::StepKind;
 use crate::dynamic::{Choice, Costs, Feedback};
 use crate::engine::{Emitted, Engine, Speculation, TreeShape};
 use crate::error::{DecodeError, Result};
@@ -18,6 +18,9 @@ use crate::request::{FinishReason, Output, Request, Stats};
 use crate::sampling::{Rng, Sampling, draw, filtered_probs};
 use crate::tree::{Tree, TreeBuffers};
 use crate::verifier::{Verdict, verify_greedy, verify_sampled};
+
+mod learnt;
+use learnt::{Learnt, StepRecord};
 
 /// The base's greedy token for every row of `hidden` [R, D], read back in one transfer. On
 /// the CPU the host kernel's arg-max: the same choice, without the [R, vocab] logits.
@@ -308,135 +311,6 @@ fn first_guesses(s: &Speculation, input: StepInput<'_>) -> Result<Option<Vec<u32
         .first()
         .map(|r| r.iter().take(width).map(|&(t, _)| t).collect::<Vec<_>>())
         .filter(|guesses| !guesses.is_empty()))
-}
-
-/// What one step did, for [`Learnt::record`].
-struct StepRecord<'a> {
-    kind: StepKind,
-    nodes: usize,
-    choice: Option<&'a Chosen>,
-    verdict: &'a Verdict,
-    emitted: &'a [u32],
-    /// The first head's guesses made in a plain step's shadow.
-    shadow: Option<Vec<u32>>,
-    /// From the step's start: drafted, forwarded, verified, done.
-    times: [Duration; 4],
-}
-
-/// What a request starts from and hands back to the engine for the next one: the
-/// adaptive policy's estimates, the dynamic tree's feedback and prompt lookup's hit rates.
-struct Learnt {
-    policy: Policy,
-    feedback: Feedback,
-    lookup_stats: LookupStats,
-}
-
-impl Learnt {
-    /// What earlier requests learnt (the dynamic tree's feedback weighed down).
-    fn from_engine(engine: &Engine, request: &Request, prompt_tokens: usize) -> Self {
-        let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
-        tracing::debug!(prompt_tokens, ?prior, "request starts");
-        let mut policy = Policy::with_prior(request.tree_policy, prior);
-        if let Some((_, Some(depth))) = engine.speculation.as_ref().map(|s| s.shape.shadow()) {
-            policy = policy.with_shadow_bound(depth);
-        }
-        Self {
-            policy,
-            feedback: engine
-                .feedback
-                .lock()
-                .map(|f| f.carried())
-                .unwrap_or_default(),
-            lookup_stats: engine
-                .lookup_stats
-                .lock()
-                .map(|l| l.clone())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// A speculative step of a dynamic tree over `nodes` nodes: what they yielded. Returns
-    /// the accepted tokens that came from lookup nodes.
-    fn observe(&mut self, c: &Chosen, nodes: usize, verdict: &Verdict, emitted: &[u32]) -> usize {
-        // The heads' estimates are scored on the heads' own nodes.
-        let by_heads = verdict
-            .accepted
-            .iter()
-            .filter(|&&i| c.from_heads[i])
-            .count();
-        self.feedback
-            .observe(&c.costs, nodes, &c.choice, emitted.len(), by_heads);
-        for (chain, fresh) in &c.chains {
-            self.lookup_stats.observe(chain, fresh, emitted);
-        }
-        verdict.accepted.len() - by_heads
-    }
-
-    /// One step's record: the request's counts, the step's log line, and what the policy
-    /// and the dynamic tree learn from it.
-    fn record(&mut self, stats: &mut Stats, accepted_per_head: &mut [usize], step: StepRecord) {
-        let StepRecord {
-            kind,
-            nodes,
-            choice,
-            verdict,
-            emitted,
-            shadow,
-            times: [drafted, forwarded, verified, done],
-        } = step;
-        let depth = verdict.accepted.len() - 1;
-        accepted_per_head
-            .iter_mut()
-            .take(depth)
-            .for_each(|a| *a += 1);
-        stats.steps += 1;
-        stats.verified_nodes += nodes;
-        if kind == StepKind::Speculative {
-            stats.speculative_steps += 1;
-            if let Some(c) = choice {
-                stats.lookup_tokens += self.observe(c, nodes, verdict, emitted);
-            }
-        }
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        tracing::debug!(
-            step = stats.steps,
-            ?kind,
-            nodes,
-            chains = ?choice.map(|c| {
-                let held = |(c, fresh): &(Continuation, Vec<bool>)| (c.source, c.matched, fresh.len());
-                c.chains.iter().map(held).collect::<Vec<_>>()
-            }),
-            emitted = emitted.len(),
-            ms = ms(done),
-            draft_ms = ms(drafted),
-            forward_ms = ms(forwarded - drafted),
-            verify_ms = ms(verified - forwarded),
-            "decode step"
-        );
-        if let Some(guesses) = &shadow {
-            self.policy.observe_shadow(guesses.contains(&verdict.bonus));
-        }
-        // The policy times plain decoding without the shadow's pass.
-        let shadow_time = shadow.map_or(Duration::ZERO, |_| drafted);
-        self.policy
-            .observe(kind, (done - shadow_time).as_secs_f64(), emitted.len());
-    }
-
-    fn hand_back(self, engine: &Engine, request: &Request, stats: &Stats) {
-        if request.tree_policy == TreePolicy::Adaptive
-            && let Ok(mut e) = engine.estimates.lock()
-        {
-            *e = self.policy.estimates();
-        }
-        if stats.speculative_steps > 0
-            && let Ok(mut f) = engine.feedback.lock()
-        {
-            *f = self.feedback;
-            if let Ok(mut l) = engine.lookup_stats.lock() {
-                *l = self.lookup_stats;
-            }
-        }
-    }
 }
 
 /// One base pass over a step's nodes [N] on top of `cache`: the root alone under the
