@@ -189,7 +189,7 @@ pub struct Summary {
 }
 
 /// Median, min and max of per-prompt ratios, and how many are below 1.00x.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Spread {
     pub median: f64,
     pub min: f64,
@@ -242,12 +242,7 @@ pub fn summarize(rs: &[&PromptResult]) -> Summary {
     let mean = |f: &dyn Fn(&PromptResult) -> f64| {
         rs.iter().map(|r| f(r)).sum::<f64>() / rs.len().max(1) as f64
     };
-    let speedup = Spread::of(rs.iter().map(|r| r.speedup).collect()).unwrap_or(Spread {
-        median: 0.0,
-        min: 0.0,
-        max: 0.0,
-        slower: 0,
-    });
+    let speedup = Spread::of(rs.iter().map(|r| r.speedup).collect()).unwrap_or_default();
     let controls: Option<Vec<f64>> = rs.iter().map(|r| r.control).collect();
     let heads = rs
         .iter()

@@ -50,10 +50,9 @@ pub fn table(categories: &BTreeMap<String, Summary>, overall: &Summary) -> Strin
             x.speedup_max,
             x.slower,
         );
+        // Every prompt has a control or none does: every row has it where the header does.
         if let Some(c) = &x.control {
             let _ = write!(s, " {:.2}x | {:.2}x | {} |", c.median, c.min, c.slower);
-        } else if control {
-            let _ = write!(s, " | | |");
         }
         let _ = writeln!(s, " {} |", heads(&x.head_acceptance));
     }
