@@ -1,6 +1,7 @@
 //! The heads' proposal step with trained heads on a real model: the host copies of the
-//! heads and their draft vocabulary kept in f32 or in f16 (`HostPrecision`), timed side
-//! by side, how often the two rank the same proposals, and what a step that stops after
+//! heads and their draft vocabulary kept in f32, f16 or rounded Q8 blocks
+//! (`HostPrecision`), timed side by side, how often the smaller ones rank the same
+//! proposals as f32, and what a step that stops after
 //! head 1 costs (`Proposer::rank_until`).
 //!
 //! `cargo bench -p toki-benches --bench heads` (env `TOKI_MODEL` = model folder,
@@ -50,7 +51,10 @@ fn main() {
     let variants = [
         ("f32", proposer(HostPrecision::F32)),
         ("f16", proposer(HostPrecision::F16)),
+        ("q8", proposer(HostPrecision::Q8)),
     ];
+    // The precision decoding uses (`MedusaHeads::with_host_kernels`, `--heads-precision`).
+    let shipped = 2;
 
     // One real text: a bench prompt and the base's greedy answer.
     let prompt = Prompt::Chat(vec![Message::user(
@@ -64,7 +68,7 @@ fn main() {
     let rope = RopeTables::new(base.config(), ids.len(), &device);
     let hidden = base.sequence_hidden(&ids, &rope); // [T, D]
     let start = out.prompt_ids.len();
-    let depth = variants[1].1.num_heads();
+    let depth = variants[0].1.num_heads();
     let k = vec![4; depth];
 
     let mut times = vec![vec![]; variants.len()];
@@ -104,11 +108,14 @@ fn main() {
             }
             ranked[v] = r;
         }
-        // The f16 copies stopped after head 1, as a dynamic tree's step does when head 1
-        // already makes the root alone the best tree (`DynamicTree::root_alone`).
+        // The shipped copies stopped after head 1, as a dynamic tree's step does when head
+        // 1 already makes the root alone the best tree (`DynamicTree::root_alone`).
         let (r, ms) = run(&|input| {
             let stop = &mut |r: &[Ranked]| r.len() == 1;
-            variants[1].1.rank_until(input, &k, stop).expect("ranking")
+            variants[shipped]
+                .1
+                .rank_until(input, &k, stop)
+                .expect("ranking")
         });
         assert!(r.iter().all(|r| r.len() == 1), "stopped after head 1");
         if round > 0 {
@@ -130,11 +137,21 @@ fn main() {
     }
     let ms = median(head1_alone);
     println!(
-        "  host copies in f16, head 1 alone: {ms:.3} ms per step, {:.2}x f32",
+        "  host copies in {}, head 1 alone: {ms:.3} ms per step, {:.2}x f32",
+        variants[shipped].0,
         ms / f32_ms
     );
-    // How often f16 copies propose what f32 copies do: the same top-1, the same top-k set.
-    let (a, b) = (&ranked[0], &ranked[1]);
+    // How often the smaller copies propose what f32 copies do: the same top-1, the same
+    // top-k set.
+    let a = &ranked[0];
+    for ((name, _), b) in variants.iter().zip(&ranked).skip(1) {
+        println!("  {name} against f32:");
+        agreement(a, b, depth, k[0]);
+    }
+}
+
+/// Per head: at how many positions `b` ranks `a`'s top-1 first, and the same top-`k` set.
+fn agreement(a: &[Vec<Ranked>], b: &[Vec<Ranked>], depth: usize, k: usize) {
     for h in 0..depth {
         let top1 = a
             .iter()
@@ -153,10 +170,9 @@ fn main() {
             })
             .count();
         println!(
-            "  head {}: same top-1 at {top1} of {} positions, same top-{} set at {set}",
+            "    head {}: same top-1 at {top1} of {} positions, same top-{k} set at {set}",
             h + 1,
             a.len(),
-            k[0]
         );
     }
 }

@@ -4,14 +4,15 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use toki_decode::{Engine, HeadProposer};
-use toki_model::{DraftVocab, MedusaHeads, TokenCounts};
+use toki_model::{DraftVocab, HostPrecision, MedusaHeads, TokenCounts};
 
 /// The file `toki train` and `toki draft-vocab` write into a heads folder.
 pub const DRAFT_FILE: &str = "draft-vocab.json";
 /// Draft vocabulary size used when the heads folder has a draft file and none is asked.
 pub const DEFAULT_DRAFT: usize = 4096;
 
-/// `--draft-vocab`: how many tokens the heads score.
+/// `--draft-vocab` and `--heads-precision`: what the heads score, and in what precision
+/// their CPU copies are kept.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct DraftArg {
     /// Heads score only the N most frequent tokens of their training data (from
@@ -20,6 +21,31 @@ pub struct DraftArg {
     /// unchanged either way.
     #[arg(long = "draft-vocab")]
     pub size: Option<usize>,
+    /// Precision of the heads' weights on the cpu backend (they only propose: output is
+    /// unchanged, the proposals may differ where two are near-tied). GPUs keep the
+    /// weights as loaded.
+    #[arg(long = "heads-precision", value_enum, default_value_t = Precision::Q8)]
+    pub heads_precision: Precision,
+}
+
+/// `--heads-precision`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    /// Half precision: 2 bytes a weight.
+    F16,
+    /// 8-bit blocks of 32 with one scale (GGUF's Q8_0), rounded to nearest: 1.125 bytes.
+    Q8,
+}
+
+impl From<Precision> for HostPrecision {
+    fn from(p: Precision) -> Self {
+        match p {
+            Precision::F32 => HostPrecision::F32,
+            Precision::F16 => HostPrecision::F16,
+            Precision::Q8 => HostPrecision::Q8,
+        }
+    }
 }
 
 /// Heads from `dir` for `engine`'s model, with their draft vocabulary where there is one.
@@ -27,7 +53,7 @@ pub fn load(dir: &Path, engine: &Engine, draft: DraftArg) -> Result<HeadProposer
     let base = engine.model();
     let heads = MedusaHeads::load(dir, base)
         .with_context(|| format!("loading heads {}", dir.display()))?
-        .with_host_kernels(base);
+        .with_host_kernels_in(base, draft.heads_precision.into());
     let file = dir.join(DRAFT_FILE);
     // Heads trained on a draft vocabulary use that size unless told otherwise.
     let trained = heads.config().draft_vocab;

@@ -161,6 +161,22 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
             Some(first) => assert_eq!(first, &ids, "--tree {tree} {mode}"),
         }
     }
+    // The heads' copies in each precision (default q8): the same output, the plain one.
+    for precision in ["f32", "f16"] {
+        let extra = ["--tree", "chain-2", "--heads-precision", precision];
+        let (ok, out, err) = bench(&dir, &extra);
+        assert!(ok, "--heads-precision {precision}: {err}");
+        let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(last["mismatches"], 0);
+        let ids: Vec<serde_json::Value> = (last["prompts"].as_array().unwrap().iter())
+            .map(|p| p["output_ids"].clone())
+            .collect();
+        assert_eq!(
+            Some(&ids),
+            first_ids.as_ref(),
+            "--heads-precision {precision}"
+        );
+    }
     // No --tree: the small preset (static, cut to the 2 heads) until the heads folder
     // holds a calibration for the backend, then that (its dynamic tree).
     let (ok, _, err) = bench(&dir, &[]);

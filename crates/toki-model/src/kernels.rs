@@ -22,7 +22,7 @@
 //! the f32 kernels' order of sums, so the products are bit-identical; one row then costs
 //! its decoding more than its memory, and every extra row its multiply-adds; a wide Q8
 //! matrix's arg-max first bounds every row with 8-bit products, `blocks/argmax.rs`); or,
-//! for the heads, which only propose, f16 ([`half_kernel`]).
+//! for the heads, which only propose, f16 ([`half_kernel`]) or Q8 blocks rounded to nearest.
 //!
 //! Used only on the flex device in f32 (see `llama.rs`); GPUs keep Burn's own matmul.
 
@@ -82,6 +82,10 @@ pub enum HostPrecision {
     F32,
     /// IEEE half precision ([`half_kernel`]): for the heads, which only propose.
     F16,
+    /// Blocks of 32 8-bit values and one scale, GGUF's Q8_0 rounded to nearest ([`blocks`]:
+    /// 1.125 bytes a weight, each value within half a step of its block's scale): for the
+    /// heads, which only propose.
+    Q8,
 }
 
 /// How a [`HostWeight`] keeps its values.
@@ -92,6 +96,8 @@ enum Stored {
     F16(Arc<[u16]>),
     /// Blocks that give back the f32 values bit for bit ([`blocks`]).
     Blocks(blocks::Blocks),
+    /// Q8 blocks rounded to nearest, for weights that only propose ([`HostPrecision::Q8`]).
+    Rounded(blocks::Blocks),
 }
 
 impl std::fmt::Debug for HostWeight {
@@ -119,19 +125,23 @@ impl HostWeight {
     }
 
     /// `w` ([out, in] row-major) kept in `precision`. Half precision halves the memory
-    /// traffic of a step; it is for weights whose products only propose tokens (the
-    /// heads), never for what the base verifies. Where a value does not fit f16's range
-    /// the weight stays f32; where the weights are exact blocks ([`HostWeight::compact`])
-    /// they are kept so, smaller than f16 and exact.
+    /// traffic of a step, rounded Q8 blocks cut it to 1.125 bytes a weight; both are for
+    /// weights whose products only propose tokens (the heads), never for what the base
+    /// verifies. Where a value does not fit f16's range (or is not finite, or rows are not
+    /// whole blocks, for Q8) the weight stays f32; where the weights are exact blocks
+    /// ([`HostWeight::compact`]) they are kept so, as small and exact.
     pub fn with_precision(w: Vec<f32>, out: usize, inn: usize, precision: HostPrecision) -> Self {
         assert_eq!(w.len(), out * inn, "host weight is not [{out}, {inn}]");
         let stored = match precision {
             HostPrecision::F32 => None,
-            // Exact blocks are smaller than f16 and lose nothing (the draft vocabulary's
-            // rows of a converted model's lm_head).
+            // Exact blocks are as small or smaller and lose nothing (the draft
+            // vocabulary's rows of a converted model's lm_head).
             HostPrecision::F16 => blocks::Blocks::encode(&w, inn)
                 .map(Stored::Blocks)
                 .or_else(|| half_kernel::to_f16(&w).map(|h| Stored::F16(h.into()))),
+            HostPrecision::Q8 => blocks::Blocks::encode(&w, inn)
+                .map(Stored::Blocks)
+                .or_else(|| blocks::Blocks::round_q8(&w, inn).map(Stored::Rounded)),
         };
         match stored {
             Some(stored) => Self::stored(stored, out, inn),
@@ -145,6 +155,7 @@ impl HostWeight {
         match self.w {
             Stored::F32(_) | Stored::Blocks(_) => HostPrecision::F32,
             Stored::F16(_) => HostPrecision::F16,
+            Stored::Rounded(_) => HostPrecision::Q8,
         }
     }
 
@@ -180,12 +191,12 @@ impl HostWeight {
     }
 
     /// Bytes the host copy reads per weight in a step: 4 (f32), 2 (f16), 0.75 or 1.125
-    /// (blocks).
+    /// (blocks, exact or rounded).
     pub fn bytes_per_weight(&self) -> f64 {
         match &self.w {
             Stored::F32(_) => 4.0,
             Stored::F16(_) => 2.0,
-            Stored::Blocks(b) => b.bytes_per_weight(),
+            Stored::Blocks(b) | Stored::Rounded(b) => b.bytes_per_weight(),
         }
     }
 
@@ -308,7 +319,7 @@ impl Stored {
         match self {
             Stored::F32(w) => rows_times_x(w, inn, rows, x, m, yt, Source::Memory),
             Stored::F16(w) => half_kernel::rows_times_x(w, inn, rows, x, m, yt),
-            Stored::Blocks(b) => b.rows_times_x(inn, rows, x, m, yt),
+            Stored::Blocks(b) | Stored::Rounded(b) => b.rows_times_x(inn, rows, x, m, yt),
         }
     }
 }

@@ -99,6 +99,27 @@ impl Q8 {
         })
     }
 
+    /// The block nearest `v` (32 values) in GGUF's Q8_0 form: the scale `d = amax / 127`
+    /// rounded to f16 (as the file would store it), each `q = round(x / d)` against that
+    /// stored scale. Lossy (each value within `d / 2`), for weights that only propose;
+    /// `None` where a value is not finite or the scale does not fit f16.
+    fn round(v: &[f32]) -> Option<Self> {
+        // (`f32::max` passes over a NaN: check every value.)
+        if !v.iter().all(|x| x.is_finite()) {
+            return None;
+        }
+        let amax = v.iter().fold(0.0f32, |a, x| a.max(x.abs()));
+        let d = half::f16::from_f32(amax / 127.0).to_f32();
+        if d.is_infinite() {
+            return None; // beyond f16's range
+        }
+        let qs = std::array::from_fn(|j| match d {
+            0.0 => 0,
+            _ => (v[j] / d).round().clamp(-128.0, 127.0) as i8,
+        });
+        Some(Self { d, qs })
+    }
+
     /// The 32 values (the portable path).
     fn decode(&self, out: &mut [f32]) {
         for (o, &q) in out.iter_mut().zip(&self.qs) {
@@ -127,6 +148,18 @@ impl Blocks {
             return Some(Self::Q4(b.into()));
         }
         let q8: Option<Vec<Q8>> = w.par_chunks(32).map(Q8::encode).collect();
+        q8.map(|b| Self::Q8(b.into()))
+    }
+
+    /// `w` [rows, inn] rounded to the nearest Q8 blocks ([`Q8::round`]): lossy, for
+    /// weights that only propose. `None` when rows are not whole blocks or a value is not
+    /// finite.
+    pub(super) fn round_q8(w: &[f32], inn: usize) -> Option<Self> {
+        use rayon::prelude::*;
+        if inn == 0 || !inn.is_multiple_of(32) || w.is_empty() {
+            return None;
+        }
+        let q8: Option<Vec<Q8>> = w.par_chunks(32).map(Q8::round).collect();
         q8.map(|b| Self::Q8(b.into()))
     }
 
@@ -424,6 +457,57 @@ mod tests {
         for (i, (w, out, inn)) in cases.into_iter().enumerate() {
             let hw = HostWeight::compact(w, out, inn);
             assert_eq!(hw.bytes_per_weight(), 4.0, "case {i}");
+        }
+    }
+
+    #[test]
+    fn rounded_q8_blocks_keep_every_weight_within_half_a_step() {
+        use super::super::HostPrecision;
+        use super::Blocks;
+        let (out, inn) = (9, 96);
+        // Arbitrary f32 values, a block of zeros, and one with a large outlier.
+        let mut w: Vec<f32> = lcg(out * inn, 21).iter().map(|v| v * 0.2).collect();
+        w[32..64].fill(0.0);
+        w[100] = 7.5;
+        let hw = HostWeight::with_precision(w.clone(), out, inn, HostPrecision::Q8);
+        assert_eq!(hw.precision(), HostPrecision::Q8);
+        assert_eq!(hw.bytes_per_weight(), 1.125);
+        let Some(ref b @ Blocks::Q8(ref q)) = Blocks::round_q8(&w, inn) else {
+            panic!("finite whole blocks must round");
+        };
+        let mut row = vec![0.0; inn];
+        for o in 0..out {
+            b.decode_row(o, inn, &mut row);
+            for (j, (&got, &want)) in row.iter().zip(&w[o * inn..]).enumerate() {
+                let d = q[(o * inn + j) / 32].d;
+                assert!((got - want).abs() <= d / 2.0 * 1.001, "row {o} col {j}");
+            }
+        }
+        assert_eq!(q[1].d, 0.0, "a block of zeros");
+        assert!(q[1].qs.iter().all(|&v| v == 0));
+        // Products: each within the weights' rounding of the f32 copy's.
+        let plain = HostWeight::new(w.clone(), out, inn);
+        for m in [1, 3, 8] {
+            let x = lcg(m * inn, m as u64);
+            let (a, r) = (plain.matmul(&x, m), hw.matmul(&x, m));
+            for (i, (a, r)) in a.iter().zip(&r).enumerate() {
+                let bound: f32 = (0..inn)
+                    .map(|j| x[(i / out) * inn + j].abs() * q[((i % out) * inn + j) / 32].d)
+                    .sum::<f32>()
+                    / 2.0;
+                assert!((a - r).abs() <= bound * 1.01 + 1e-6, "m={m} out {i}");
+            }
+        }
+        // Exact blocks stay exact; what cannot round stays f32.
+        let exact = gguf_weights(GgmlType::Q8_0, 4, 64, 5);
+        let hw = HostWeight::with_precision(exact, 4, 64, HostPrecision::Q8);
+        assert_eq!(hw.precision(), HostPrecision::F32);
+        assert_eq!(hw.bytes_per_weight(), 1.125);
+        let mut nan = lcg(2 * 32, 6);
+        nan[5] = f32::NAN;
+        for (w, out, inn) in [(nan, 2, 32), (lcg(3 * 48, 7), 3, 48)] {
+            let hw = HostWeight::with_precision(w, out, inn, HostPrecision::Q8);
+            assert_eq!(hw.bytes_per_weight(), 4.0);
         }
     }
 
