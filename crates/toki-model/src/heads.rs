@@ -365,7 +365,7 @@ impl MedusaHeads {
     /// projections ([`crate::kernels`]); unchanged where `base` has no host kernels. The
     /// copies are taken now: for inference, after any training. They are kept as 8-bit
     /// blocks rounded to nearest ([`HostPrecision::Q8`]): heads only propose, and a step
-    /// streams their weights from memory (the shipped heads' pass: 0.80-0.82 ms against
+    /// streams their weights from memory (the shipped heads' pass: 0.78-0.82 ms against
     /// 0.91-0.95 ms in f16, `cargo bench --bench heads`).
     pub fn with_host_kernels(self, base: &LlamaModel) -> Self {
         self.with_host_kernels_in(base, HostPrecision::Q8)
