@@ -187,6 +187,32 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     assert!(dir.join("report/report.md").exists() && dir.join("report/speedup.svg").exists());
     let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
     assert!(md.contains("tree: "), "the report names the tree: {md}");
+    assert!(
+        !md.contains("control"),
+        "no control column without --control: {md}"
+    );
+    // A report path that cannot be a folder fails before any run, and the file stays.
+    let (ok, out, err) = bench(&dir, &["--tree", "chain-2", "--report", "prompts.jsonl"]);
+    assert!(
+        !ok && err.contains("--report") && out.is_empty(),
+        "{out}{err}"
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("prompts.jsonl"))
+            .unwrap()
+            .contains("t5 t6")
+    );
+    // No tokens to decode leaves nothing to measure: refused up front.
+    let zero = ["--backend", "cpu", "--model", "model", "--heads", "heads"];
+    let zero = [
+        &zero[..],
+        &["--prompts", "prompts.jsonl", "--max-new-tokens", "0"],
+    ]
+    .concat();
+    for (command, out) in [("bench", &[][..]), ("calibrate", &["--out", "t0.json"])] {
+        let (ok, _, err) = toki(&[&[command][..], &zero, out].concat(), &dir);
+        assert!(!ok && err.contains("--max-new-tokens"), "{command}: {err}");
+    }
     // The control: a second plain run per pair, its ratio to the first beside the speedup.
     let (ok, out, err) = bench(
         &dir,

@@ -67,10 +67,10 @@ pub struct Args {
     /// `--tree auto` calibrates now, on up to 8 prompts spread over the file.
     #[command(flatten)]
     tree: crate::tree::TreeArgs,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = super::at_least_one())]
     max_new_tokens: usize,
     /// Plain/speculative pairs per prompt (after one warm-up pair; the order alternates).
-    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = super::at_least_one())]
     repeat: usize,
     /// At most this many prompts per category (0 = all).
     #[arg(long, default_value_t = 0)]
@@ -278,6 +278,9 @@ pub fn run(a: Args) -> Result<()> {
             *n += 1;
             *n <= a.per_category
         });
+    }
+    if let Some(dir) = &a.report {
+        bench_report::prepare(dir)?;
     }
     let (engine, heads, backend) = a.target.load()?;
     // Up to 8 prompts spread over the file (and so over its categories) for `auto`.

@@ -151,7 +151,14 @@ pub fn svg(categories: &BTreeMap<String, Summary>) -> String {
     s
 }
 
-/// `report.md` (command, tree, table, per-prompt results) and `speedup.svg` into `dir`.
+/// Creates the report folder (and its parents) if it is not there: `toki bench` calls
+/// this before its runs, so a path that cannot be a folder fails at once, not after them.
+pub fn prepare(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--report: creating {}", dir.display()))
+}
+
+/// `report.md` (command, tree, table, per-prompt results) and `speedup.svg` into `dir`
+/// (other files in it are left alone; those two are replaced).
 pub fn write(
     dir: &Path,
     command: &str,
@@ -160,20 +167,30 @@ pub fn write(
     categories: &BTreeMap<String, Summary>,
     results: &[PromptResult],
 ) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    prepare(dir)?;
     let svg_path = dir.join("speedup.svg");
     std::fs::write(&svg_path, svg(categories))
         .with_context(|| format!("writing {}", svg_path.display()))?;
     let mut md = format!(
         "# toki bench\n\n```\n{command}\n```\n\ntree: {tree}\n\n{table}\n![speedup and tau by category](speedup.svg)\n\n"
     );
-    md.push_str("| category | prompt | tokens | tau | plain tok/s | spec tok/s | speedup | control | identical |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+    // The control column only where the run had one (every prompt has it or none does).
+    let with_control = results.iter().any(|r| r.control.is_some());
+    let (head, rule) = if with_control {
+        (" control |", "---:|")
+    } else {
+        ("", "")
+    };
+    let _ = writeln!(
+        md,
+        "| category | prompt | tokens | tau | plain tok/s | spec tok/s | speedup |{head} identical |\n|---|---|---:|---:|---:|---:|---:|{rule}---|"
+    );
     for r in results {
         let short: String = r.prompt.chars().take(60).collect();
-        let control = r.control.map_or(String::new(), |c| format!("{c:.2}x"));
+        let control = r.control.map_or(String::new(), |c| format!(" {c:.2}x |"));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.2}x | {control} | {} |",
+            "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.2}x |{control} {} |",
             r.category,
             short.replace('|', "/"),
             r.tokens,

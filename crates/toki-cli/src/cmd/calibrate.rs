@@ -47,13 +47,14 @@ pub struct Args {
     #[arg(long)]
     out: PathBuf,
     /// How many prompts to calibrate on (at most).
-    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 8, value_parser = super::at_least_one())]
     limit: usize,
     /// Which prompts: spread evenly over the file, and so over its categories (what
     /// `toki bench --tree auto` calibrates on), or the file's first ones.
     #[arg(long, value_enum, default_value_t = Take::Spread)]
     take: Take,
-    #[arg(long, default_value_t = 64)]
+    /// Tokens each calibration prompt decodes (the heads' acceptance is measured on them).
+    #[arg(long, default_value_t = 64, value_parser = super::at_least_one())]
     max_new_tokens: usize,
 }
 

@@ -26,10 +26,10 @@ pub struct Args {
     /// Output JSONL (`{"messages": [user, assistant]}` per line); appended to.
     #[arg(long)]
     out: PathBuf,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = super::at_least_one())]
     max_new_tokens: usize,
     /// Prompts decoded together in one pass per token.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = super::at_least_one())]
     batch: usize,
     /// Stop after this many prompts (0 = all).
     #[arg(long, default_value_t = 0)]
@@ -111,9 +111,6 @@ fn answered(out: &Path) -> Result<HashSet<String>> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if a.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
     let prompts = read_prompts(&a.prompts)?;
     let done = answered(&a.out)?;
     let mut todo: Vec<String> = prompts.into_iter().filter(|p| !done.contains(p)).collect();
