@@ -1,6 +1,7 @@
 //! Golden equivalence on tiny random models: speculative greedy == plain greedy, token for
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
+use toki_decode::adapt::Estimates;
 use toki_decode::{
     Datastore, DynamicTree, Engine, HeadProposer, Lookup, Prompt, Request, Tree, TreePolicy,
     TreePreset,
@@ -294,6 +295,60 @@ fn prompt_lookup_grafts_equal_plain_on_tiny_models() {
         )
         .unwrap();
     assert!(engine.with_lookup(Some(bad)).is_err());
+}
+
+#[test]
+fn back_off_steps_verify_lookup_chains_and_equal_plain() {
+    // Speculation found not to pay: each request starts in a back-off longer than it is.
+    // Its plain steps still verify the chains prompt lookup finds where they are worth a
+    // node (no heads' pass), and the output is plain decoding's; the baseline
+    // (`TreePolicy::Never`) verifies the root alone.
+    let backing_off = Estimates {
+        plain_s: Some(1e-3),
+        spec_s: Some(1e-2),
+        tau: Some(1.0),
+        backoff: 128,
+        plain_left: 128,
+    };
+    let lookup = Lookup {
+        min_match: 1,
+        max_match: 3,
+        max_len: 6,
+    };
+    let steep: Vec<f64> = (0..12).map(|n| 1.0 + 0.01 * n as f64 * n as f64).collect();
+    let (mut chain_steps, mut by_lookup) = (0, 0);
+    for (seed, kv, tied) in [MODELS[2], MODELS[3]] {
+        let (req, plain, _) = plain_run(seed, kv, tied, 20, 60);
+        let device = toki_tests::device();
+        let heads = MedusaHeads::random(heads_config(2, HeadKind::Own), seed, 0.3, &device);
+        let engine = tiny_engine(seed, kv, tied)
+            .with_dynamic_tree(
+                Box::new(HeadProposer::new(heads.unwrap())),
+                DynamicTree::new(steep.clone(), 0.03, 3, vec![]).unwrap(),
+            )
+            .unwrap()
+            .with_lookup(Some(lookup))
+            .unwrap();
+        for policy in [TreePolicy::Adaptive, TreePolicy::Never] {
+            engine.set_policy_estimates(backing_off);
+            let r = Request {
+                tree_policy: policy,
+                ..req.clone()
+            };
+            let out = engine.generate(&r).unwrap();
+            let s = &out.stats;
+            assert_eq!(out.output_ids, plain, "seed {seed} {policy:?}");
+            // No probe: every step that verified more than its root verified chains.
+            assert_eq!(s.speculative_steps, s.chain_steps, "seed {seed} {policy:?}");
+            if policy == TreePolicy::Never {
+                assert_eq!((s.chain_steps, s.verified_nodes), (0, s.steps), "{s:?}");
+            }
+            chain_steps += s.chain_steps;
+            by_lookup += s.lookup_tokens;
+        }
+    }
+    assert!(chain_steps > 0, "no back-off step verified a chain");
+    assert!(by_lookup > 0, "no token was accepted on a chain node");
 }
 
 #[test]

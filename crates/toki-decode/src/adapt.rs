@@ -17,8 +17,12 @@
 //! hits bound what a probe can yield: at most the tree's depth after each hit, so when
 //! `1 + depth · hits / checks` tokens a step would not pay at the measured step times, the
 //! probe is skipped too (a 7-node tree costing 2.9 plain steps needs 3 hits of 4 at
-//! depth 3). Greedy and lossless outputs do not depend on the choice: both kinds of step
-//! emit the base's tokens.
+//! depth 3). A back-off's plain steps still verify the chains that prompt lookup (or the
+//! datastore) finds without a model pass, node by node where a node's chance covers its
+//! cost (`Policy::chains_next`; the dynamic tree prices them as in its own steps): a
+//! summary copies its source where the heads guess little of it. Those steps count the
+//! back-off down but are not timed as plain steps. Greedy and lossless outputs do not
+//! depend on the choice: every kind of step emits the base's tokens.
 
 /// When a request with heads verifies a tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -208,6 +212,15 @@ impl Policy {
             && (1..=SHADOW).contains(&self.plain_left)
     }
 
+    /// Whether the next step, plain by the policy, may verify chain nodes beside its root:
+    /// in a back-off (after a probe; not the first steps, which time plain steps), where
+    /// the heads do not run but a chain costs nothing to find, and each of its nodes is
+    /// verified only where its chance covers its cost. A summary copies its source while
+    /// the heads guess little of it: its back-off still takes what lookup finds.
+    pub fn chains_next(&self) -> bool {
+        self.policy == TreePolicy::Adaptive && self.spec_s.is_some() && self.plain_left > 0
+    }
+
     /// Whether the first head's top guess, made before a plain step, was the base's token.
     pub fn observe_shadow(&mut self, hit: bool) {
         self.shadows += 1;
@@ -222,26 +235,39 @@ impl Policy {
         }
     }
 
+    /// Record a plain step that verified chain nodes beside its root
+    /// ([`Policy::chains_next`]): one step of the back-off, not timed as a plain step.
+    pub fn observe_chains(&mut self) {
+        if self.next() == StepKind::Plain {
+            self.count_down();
+        }
+    }
+
+    /// One plain step of a back-off (or of the first timing steps) has run.
+    fn count_down(&mut self) {
+        self.plain_left = self.plain_left.saturating_sub(1);
+        if self.plain_left == 0 {
+            if self.probe_ruled_out() {
+                // The heads' first guesses missed too often: this text is not theirs
+                // now. No probe; a longer back-off.
+                self.plain_left = self.backoff;
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            } else {
+                // A probe starts: it judges the tree on what it measures now.
+                self.probe_left = PROBE;
+                self.tau = None;
+                self.tau_steps = 0;
+            }
+            (self.shadows, self.shadow_hits) = (0, 0);
+        }
+    }
+
     /// Record a finished step: its kind, wall time and tokens emitted.
     pub fn observe(&mut self, kind: StepKind, seconds: f64, tokens: usize) {
         match kind {
             StepKind::Plain => {
                 self.plain_s = ema(self.plain_s, seconds, ALPHA);
-                self.plain_left = self.plain_left.saturating_sub(1);
-                if self.plain_left == 0 {
-                    if self.probe_ruled_out() {
-                        // The heads' first guesses missed too often: this text is not
-                        // theirs now. No probe; a longer back-off.
-                        self.plain_left = self.backoff;
-                        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-                    } else {
-                        // A probe starts: it judges the tree on what it measures now.
-                        self.probe_left = PROBE;
-                        self.tau = None;
-                        self.tau_steps = 0;
-                    }
-                    (self.shadows, self.shadow_hits) = (0, 0);
-                }
+                self.count_down();
             }
             StepKind::Speculative => {
                 self.spec_s = ema(self.spec_s, seconds, ALPHA);
@@ -352,6 +378,33 @@ mod tests {
         // Without shadow checks (no heads' guesses), probes run as before; and the first
         // request's timing steps are never shadowed.
         assert!(!Policy::new(TreePolicy::Adaptive).shadow_next());
+    }
+
+    #[test]
+    fn chain_steps_run_in_a_back_off_and_count_it_down_untimed() {
+        // Neither the first timing steps nor other policies verify chains.
+        let mut p = Policy::new(TreePolicy::Adaptive);
+        assert!(!p.chains_next());
+        assert!(!Policy::new(TreePolicy::Never).chains_next());
+        assert!(!Policy::new(TreePolicy::Always).chains_next());
+        // Into back-off: the tree does not pay.
+        drive(&mut p, PLAIN_WARMUP + PROBE, 1.0, 2.0, 1);
+        assert_eq!(p.next(), StepKind::Plain);
+        assert!(p.chains_next());
+        let before = p.estimates();
+        // A chain step counts down the back-off; its time (several nodes) is not a plain
+        // step's, so the plain time stays.
+        p.observe_chains();
+        let after = p.estimates();
+        assert_eq!(after.plain_left, before.plain_left - 1);
+        assert_eq!(after.plain_s, before.plain_s);
+        // Chain steps to the back-off's end: then the probe (no shadow checks ran).
+        while p.next() == StepKind::Plain {
+            assert!(p.chains_next());
+            p.observe_chains();
+        }
+        assert!(!p.chains_next());
+        assert_eq!(p.estimates().plain_s, before.plain_s);
     }
 
     /// The rest of a back-off, its shadow checks answered by `hits` in turn: returns

@@ -9,10 +9,10 @@ use toki_model::{AttnMask, KvCache, LlamaModel};
 
 use crate::acceptance::AcceptRule;
 use crate::adapt::StepKind;
-use crate::dynamic::{Choice, Costs, Feedback};
+use crate::dynamic::{Choice, Costs};
 use crate::engine::{Emitted, Engine, Speculation, TreeShape};
 use crate::error::{DecodeError, Result};
-use crate::lookup::{Continuation, LookupStats, graft};
+use crate::lookup::{Continuation, graft};
 use crate::proposer::{StepInput, node_tokens, propose};
 use crate::request::{FinishReason, Output, Request, Stats};
 use crate::sampling::{Rng, Sampling, draw, filtered_probs};
@@ -20,7 +20,7 @@ use crate::tree::{Tree, TreeBuffers};
 use crate::verifier::{Verdict, verify_greedy, verify_sampled};
 
 mod learnt;
-use learnt::{Learnt, StepRecord};
+use learnt::{Learnt, Ran, StepRecord};
 
 /// The base's greedy token for every row of `hidden` [R, D], read back in one transfer. On
 /// the CPU the host kernel's arg-max: the same choice, without the [R, vocab] logits.
@@ -215,24 +215,39 @@ struct Chosen {
     chains: Vec<(Continuation, Vec<bool>)>,
 }
 
-/// A speculative step's node tokens and tree: the static tree filled by the heads, or a
-/// tree sized from their confidence with the chains of prompt lookup and the datastore
-/// grafted on (the root alone when nothing is worth verifying), with what a dynamic tree
-/// chose.
+/// Who proposes a step's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drafters {
+    /// The heads (a static tree's nodes, or a dynamic tree's) and, on a dynamic tree, the
+    /// chains of prompt lookup and the datastore: a speculative step.
+    HeadsAndChains,
+    /// The chains alone, without the heads' pass: a plain step of the adaptive policy's
+    /// that verifies what was found for free ([`crate::adapt::Policy::chains_next`]).
+    Chains,
+}
+
+/// A step's node tokens and tree: the static tree filled by the heads, or a tree sized
+/// from their confidence with the chains of prompt lookup and the datastore grafted on
+/// (with [`Drafters::Chains`], onto the root alone; the root alone when nothing is worth
+/// verifying), with what a dynamic tree chose.
 fn draft<'e>(
     engine: &'e Engine,
     s: &'e Speculation,
+    drafters: Drafters,
     input: StepInput<'_>,
     root: u32,
-    feedback: &Feedback,
-    lookup_stats: &LookupStats,
+    learnt: &Learnt,
 ) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>, Option<Chosen>)> {
+    let (feedback, lookup_stats) = (&learnt.feedback, &learnt.lookup_stats);
     let heads = s.heads.as_ref();
-    let d = match &s.shape {
-        TreeShape::Static { tree, buffers } => {
+    let root_only = || (vec![root], Cow::Borrowed(&engine.root_buffers), None);
+    let d = match (&s.shape, drafters) {
+        (TreeShape::Dynamic(d), _) => d,
+        (TreeShape::Static { tree, buffers }, Drafters::HeadsAndChains) => {
             return Ok((propose(heads, input, tree)?, Cow::Borrowed(buffers), None));
         }
-        TreeShape::Dynamic(d) => d,
+        // Static trees take no chains.
+        (TreeShape::Static { .. }, Drafters::Chains) => return Ok(root_only()),
     };
     // Every node attends to the whole cache: prompt and tokens so far.
     let costs = d.costs_at(input.history.len());
@@ -244,12 +259,22 @@ fn draft<'e>(
     if let Some(ds) = &s.datastore {
         found.extend(ds.find(&s.lookup.unwrap_or_default(), input.history));
     }
-    // Once the heads that ran decide the tree (no deeper node could pay:
-    // `DynamicTree::settled`), the deeper heads are not run.
-    let mut ranked = heads.rank_until(input, &vec![d.max_rank; heads.num_heads()], &mut |r| {
-        d.settled(r, feedback, &costs, heads.conditioning())
-    })?;
-    let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
+    if drafters == Drafters::Chains && found.is_empty() {
+        return Ok(root_only());
+    }
+    let (mut ranked, choice) = match drafters {
+        Drafters::HeadsAndChains => {
+            // Once the heads that ran decide the tree (no deeper node could pay:
+            // `DynamicTree::settled`), the deeper heads are not run.
+            let max_ranks = vec![d.max_rank; heads.num_heads()];
+            let ranked = heads.rank_until(input, &max_ranks, &mut |r| {
+                d.settled(r, feedback, &costs, heads.conditioning())
+            })?;
+            let choice = d.choose_for(&ranked, feedback, &costs, heads.conditioning());
+            (ranked, choice)
+        }
+        Drafters::Chains => (vec![], Choice::root()),
+    };
     let mut paths = choice.paths.clone();
     // The chain likelier to be right first: it takes the nodes first.
     let first_rate = |c: &Continuation| lookup_stats.rate(c, 0, true);
@@ -399,10 +424,8 @@ pub(crate) fn run(
         let step_start = Instant::now();
         // 1. Propose: the policy may choose a plain step; near the end of the context a
         //    full tree may not fit: the root alone then.
-        let step_spec = spec.filter(|s| {
-            learnt.policy.next() == StepKind::Speculative
-                && cache.len() + s.shape.max_nodes() <= capacity
-        });
+        let fits = |s: &Speculation| cache.len() + s.shape.max_nodes() <= capacity;
+        let step_spec = spec.filter(|s| learnt.policy.next() == StepKind::Speculative && fits(s));
         // Append only what the last steps added (prompt + generated so far).
         history.extend_from_slice(&progress.tokens[history.len() - n..]);
         let input = |hidden| StepInput {
@@ -417,15 +440,16 @@ pub(crate) fn run(
             }
             _ => None,
         };
-        let (tokens, buffers, choice) = match step_spec {
-            Some(s) => draft(
-                engine,
-                s,
-                input(last_hidden),
-                root,
-                &learnt.feedback,
-                &learnt.lookup_stats,
-            )?,
+        // A plain step of a back-off still verifies the chains found for free, where worth it.
+        let drafting = match (step_spec, spec) {
+            (Some(s), _) => Some((s, Drafters::HeadsAndChains)),
+            (None, Some(s)) if learnt.policy.chains_next() && fits(s) => {
+                Some((s, Drafters::Chains))
+            }
+            _ => None,
+        };
+        let (tokens, buffers, choice) = match drafting {
+            Some((s, drafters)) => draft(engine, s, drafters, input(last_hidden), root, &learnt)?,
             None => (vec![root], Cow::Borrowed(&engine.root_buffers), None),
         };
         let drafted = step_start.elapsed();
@@ -451,8 +475,9 @@ pub(crate) fn run(
         emitted.push(root);
         // 4. Learn: what the tree yielded, and the step's time for the policy.
         let kind = match step_spec {
-            Some(_) => StepKind::Speculative,
-            None => StepKind::Plain,
+            Some(_) => Ran::Speculative,
+            None if tokens.len() > 1 => Ran::Chains,
+            None => Ran::Plain,
         };
         let step = StepRecord {
             kind,

@@ -273,6 +273,14 @@ pub struct Choice {
 }
 
 impl Choice {
+    /// The root alone (no paths): nothing expected beyond it.
+    pub fn root() -> Self {
+        Self {
+            paths: vec![],
+            reach: vec![],
+        }
+    }
+
     /// Tokens it is expected to accept beyond the root.
     pub fn expected(&self) -> f64 {
         self.reach.iter().sum()

@@ -290,6 +290,21 @@ impl Engine {
         self.lookup_stats = Default::default();
     }
 
+    /// What the adaptive policy has learnt of this machine's steps (their times, τ, the
+    /// back-off), which the next request starts from.
+    pub fn policy_estimates(&self) -> Estimates {
+        self.estimates.lock().map(|e| *e).unwrap_or_default()
+    }
+
+    /// Start the next request from `estimates`: e.g. a server restoring what an earlier
+    /// process measured on this machine, or a test that needs a request to begin in
+    /// back-off.
+    pub fn set_policy_estimates(&self, estimates: Estimates) {
+        if let Ok(mut e) = self.estimates.lock() {
+            *e = estimates;
+        }
+    }
+
     /// Drop the heads: plain decoding from now on (the model is kept).
     pub fn without_heads(mut self) -> Self {
         self.speculation = None;

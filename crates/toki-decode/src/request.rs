@@ -91,6 +91,10 @@ pub struct Stats {
     /// Of those, the ones that verified a tree (the rest were plain steps the adaptive
     /// policy chose, or that the context end forced).
     pub speculative_steps: usize,
+    /// Of the speculative steps, those the adaptive policy chose plain that verified only
+    /// chain nodes (prompt lookup's, the datastore's) beside the root, without the heads'
+    /// pass ([`crate::adapt::Policy::chains_next`]).
+    pub chain_steps: usize,
     /// Tree nodes verified over all steps, roots included (`verified_nodes / steps`: the
     /// mean tree size; dynamic trees vary from step to step).
     pub verified_nodes: usize,

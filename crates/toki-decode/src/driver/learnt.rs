@@ -12,9 +12,19 @@ use crate::lookup::{Continuation, LookupStats};
 use crate::request::{Request, Stats};
 use crate::verifier::Verdict;
 
+/// Which kind of step ran: the policy's two ([`StepKind`]), or a step it chose plain that
+/// verified chain nodes (prompt lookup's, the datastore's: found without a model pass)
+/// beside its root ([`crate::adapt::Policy::chains_next`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ran {
+    Plain,
+    Chains,
+    Speculative,
+}
+
 /// What one step did, for [`Learnt::record`].
 pub(super) struct StepRecord<'a> {
-    pub(super) kind: StepKind,
+    pub(super) kind: Ran,
     pub(super) nodes: usize,
     pub(super) choice: Option<&'a Chosen>,
     pub(super) verdict: &'a Verdict,
@@ -36,7 +46,7 @@ pub(super) struct Learnt {
 impl Learnt {
     /// What earlier requests learnt (the dynamic tree's feedback weighed down).
     pub(super) fn from_engine(engine: &Engine, request: &Request, prompt_tokens: usize) -> Self {
-        let prior = engine.estimates.lock().map(|e| *e).unwrap_or_default();
+        let prior = engine.policy_estimates();
         tracing::debug!(prompt_tokens, ?prior, "request starts");
         let mut policy = Policy::with_prior(request.tree_policy, prior);
         if let Some((_, Some(depth))) = engine.speculation.as_ref().map(|s| s.shape.shadow()) {
@@ -57,17 +67,27 @@ impl Learnt {
         }
     }
 
-    /// A speculative step of a dynamic tree over `nodes` nodes: what they yielded. Returns
-    /// the accepted tokens that came from lookup nodes.
-    fn observe(&mut self, c: &Chosen, nodes: usize, verdict: &Verdict, emitted: &[u32]) -> usize {
+    /// A step of a dynamic tree over `nodes` nodes: what they yielded. Returns the accepted
+    /// tokens that came from lookup nodes. The dynamic tree learns from speculative steps
+    /// only (a [`Ran::Chains`] step ran no heads), the chains' rates from both.
+    fn observe(
+        &mut self,
+        kind: Ran,
+        c: &Chosen,
+        nodes: usize,
+        verdict: &Verdict,
+        emitted: &[u32],
+    ) -> usize {
         // The heads' estimates are scored on the heads' own nodes.
         let by_heads = verdict
             .accepted
             .iter()
             .filter(|&&i| c.from_heads[i])
             .count();
-        self.feedback
-            .observe(&c.costs, nodes, &c.choice, emitted.len(), by_heads);
+        if kind == Ran::Speculative {
+            self.feedback
+                .observe(&c.costs, nodes, &c.choice, emitted.len(), by_heads);
+        }
         for (chain, fresh) in &c.chains {
             self.lookup_stats.observe(chain, fresh, emitted);
         }
@@ -98,10 +118,11 @@ impl Learnt {
             .for_each(|a| *a += 1);
         stats.steps += 1;
         stats.verified_nodes += nodes;
-        if kind == StepKind::Speculative {
+        if kind != Ran::Plain {
             stats.speculative_steps += 1;
+            stats.chain_steps += usize::from(kind == Ran::Chains);
             if let Some(c) = choice {
-                stats.lookup_tokens += self.observe(c, nodes, verdict, emitted);
+                stats.lookup_tokens += self.observe(kind, c, nodes, verdict, emitted);
             }
         }
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -120,20 +141,25 @@ impl Learnt {
             verify_ms = ms(verified - forwarded),
             "decode step"
         );
-        if let Some(guesses) = &shadow {
-            self.policy.observe_shadow(guesses.contains(&verdict.bonus));
+        // The base's token after the root (a chains step may have accepted more).
+        if let (Some(guesses), Some(next)) = (&shadow, emitted.first()) {
+            self.policy.observe_shadow(guesses.contains(next));
         }
         // The policy times plain decoding without the shadow's pass.
         let shadow_time = shadow.map_or(Duration::ZERO, |_| drafted);
-        self.policy
-            .observe(kind, (done - shadow_time).as_secs_f64(), emitted.len());
+        let seconds = (done - shadow_time).as_secs_f64();
+        match kind {
+            Ran::Plain => self.policy.observe(StepKind::Plain, seconds, emitted.len()),
+            Ran::Chains => self.policy.observe_chains(),
+            Ran::Speculative => self
+                .policy
+                .observe(StepKind::Speculative, seconds, emitted.len()),
+        }
     }
 
     pub(super) fn hand_back(self, engine: &Engine, request: &Request, stats: &Stats) {
-        if request.tree_policy == TreePolicy::Adaptive
-            && let Ok(mut e) = engine.estimates.lock()
-        {
-            *e = self.policy.estimates();
+        if request.tree_policy == TreePolicy::Adaptive {
+            engine.set_policy_estimates(self.policy.estimates());
         }
         if stats.speculative_steps > 0
             && let Ok(mut f) = engine.feedback.lock()
