@@ -240,17 +240,14 @@ fn draft<'e>(
 ) -> Result<(Vec<u32>, Cow<'e, TreeBuffers>, Option<Chosen>)> {
     let (feedback, lookup_stats) = (&learnt.feedback, &learnt.lookup_stats);
     let heads = s.heads.as_ref();
-    let root_only = || (vec![root], Cow::Borrowed(&engine.root_buffers), None);
     let d = match (&s.shape, drafters) {
         (TreeShape::Dynamic(d), _) => d,
         (TreeShape::Static { tree, buffers }, Drafters::HeadsAndChains) => {
             return Ok((propose(heads, input, tree)?, Cow::Borrowed(buffers), None));
         }
         // Static trees take no chains.
-        (TreeShape::Static { .. }, Drafters::Chains) => return Ok(root_only()),
+        (TreeShape::Static { .. }, Drafters::Chains) => return Ok(root_step(engine, root, None)),
     };
-    // Every node attends to the whole cache: prompt and tokens so far.
-    let costs = d.costs_at(input.history.len());
     let mut found: Vec<Continuation> = s
         .lookup
         .and_then(|l| l.find(input.history))
@@ -260,8 +257,10 @@ fn draft<'e>(
         found.extend(ds.find(&s.lookup.unwrap_or_default(), input.history));
     }
     if drafters == Drafters::Chains && found.is_empty() {
-        return Ok(root_only());
+        return Ok(root_step(engine, root, None));
     }
+    // Every node attends to the whole cache: prompt and tokens so far.
+    let costs = d.costs_at(input.history.len());
     let (mut ranked, choice) = match drafters {
         Drafters::HeadsAndChains => {
             // Once the heads that ran decide the tree (no deeper node could pay:
@@ -304,11 +303,7 @@ fn draft<'e>(
             from_heads: vec![true],
             chains,
         };
-        return Ok((
-            vec![root],
-            Cow::Borrowed(&engine.root_buffers),
-            Some(chosen),
-        ));
+        return Ok(root_step(engine, root, Some(chosen)));
     }
     let depth = ranked.len();
     let widest = ranked.iter().map(Vec::len).max().unwrap_or(0);
@@ -325,6 +320,15 @@ fn draft<'e>(
         chains,
     };
     Ok((tokens, buffers, Some(chosen)))
+}
+
+/// A step that verifies the root alone (a plain step), with what a dynamic tree chose.
+fn root_step(
+    engine: &Engine,
+    root: u32,
+    chosen: Option<Chosen>,
+) -> (Vec<u32>, Cow<'_, TreeBuffers>, Option<Chosen>) {
+    (vec![root], Cow::Borrowed(&engine.root_buffers), chosen)
 }
 
 /// The first head's guesses for the token after the root (one head's pass, no tree), as
@@ -450,7 +454,7 @@ pub(crate) fn run(
         };
         let (tokens, buffers, choice) = match drafting {
             Some((s, drafters)) => draft(engine, s, drafters, input(last_hidden), root, &learnt)?,
-            None => (vec![root], Cow::Borrowed(&engine.root_buffers), None),
+            None => root_step(engine, root, None),
         };
         let drafted = step_start.elapsed();
         // 2. Verify every node in one base pass; keep the accepted path's cache rows.
