@@ -128,6 +128,21 @@ fn prompt_longer_than_the_context() {
     assert_one_line_error(ok, &err, "context");
 }
 
+/// A zero budget or context is refused by the parser, naming the option and its range,
+/// before the model loads (the folder below does not exist).
+#[test]
+fn zero_tokens_or_context_are_refused() {
+    for option in ["--max-new-tokens", "--max-context"] {
+        let (ok, err) = generate(Path::new("no-such-model"), &["--prompt", "t5", option, "0"]);
+        assert!(!ok, "{option}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(option) && err.contains("1.."),
+            "{option}: {err}"
+        );
+        assert!(!err.contains("no-such-model"), "{option}: {err}");
+    }
+}
+
 /// A token budget beyond the context (up to `usize::MAX`) is not allocated up front: the
 /// answer ends when the context is full.
 #[test]

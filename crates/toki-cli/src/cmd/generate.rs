@@ -105,7 +105,7 @@ pub struct Args {
     /// Wrap the prompt as one user message with the model's chat template.
     #[arg(long)]
     chat: bool,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = super::at_least_one())]
     max_new_tokens: usize,
     /// End generation once the text contains this string (repeatable); the text before it
     /// is kept.
@@ -118,8 +118,9 @@ pub struct Args {
     /// Compute precision (f16/bf16 where the backend supports them).
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     precision: PrecisionArg,
-    /// Most tokens (prompt + output) a request may hold.
-    #[arg(long, default_value_t = 4096)]
+    /// Most tokens (prompt + output) a request may hold (the model's
+    /// `max_position_embeddings` where that is fewer).
+    #[arg(long, default_value_t = 4096, value_parser = super::at_least_one())]
     max_context: usize,
     /// Medusa heads folder (heads.json + heads.safetensors, or the reference
     /// medusa_lm_head.safetensors + config.json): decode speculatively.
