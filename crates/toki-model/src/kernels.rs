@@ -6,9 +6,10 @@
 //! arithmetic: the ideal is to stream every weight matrix once per step whatever the number
 //! of rows.
 //! The flex backend's matrix-matrix path does not do that at these shapes: verifying 2-8
-//! tree nodes cost 1.5-1.7x one token (README, verification cost curve). [`HostWeight`]
-//! keeps a host copy of a projection's `[out, in]` weight and computes `x Wᵀ` reading each
-//! block of four weight rows from memory once for all activation rows, prefetched ahead so
+//! tree nodes cost 1.5-1.7x one token (benches/README.md: the host kernel's verification
+//! cost curve). [`HostWeight`] keeps a host copy of a projection's `[out, in]` weight and
+//! computes `x Wᵀ` reading each block of four weight rows from memory once for all
+//! activation rows, prefetched ahead so
 //! that the arithmetic overlaps the memory traffic, split over the kernel pool's threads
 //! (`kernels/pool.rs`: a worker that spins between loops) by blocks of
 //! output rows. Three kernels, picked at run time: AVX-512 for 2+ rows where the CPU has it
@@ -31,7 +32,7 @@ use std::sync::Arc;
 /// Makes the calling thread one of rayon's global pool, which Burn's own parallel ops and
 /// the loading of weights run on (the kernels' loops run on `kernels/pool.rs`): a loop started on
 /// it then runs its share there, instead of handing the loop to the pool and sleeping until
-/// it is done (README, "The main thread in the pool"). Call it
+/// it is done (benches/README.md, "The main thread in the pool"). Call it
 /// once, on the thread that will decode, before anything uses the pool (the `toki` binary
 /// and the benches do, first thing). The pool gets `RAYON_NUM_THREADS` threads, else one
 /// per CPU, and at least 2, so that loops started on other threads still run. Fails when

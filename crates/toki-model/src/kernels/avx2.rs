@@ -22,7 +22,7 @@ pub(super) const PREFETCH: usize = 2048;
 /// The first group prefetches the weights `prefetch` floats ahead ([`PREFETCH`] for
 /// weights streamed from memory, 0 for a scratch in L1). Without it the
 /// loads stall the arithmetic instead of overlapping it, and every extra row added its
-/// arithmetic to the memory time (README, "Past four rows").
+/// arithmetic to the memory time (benches/README.md, "Past four rows").
 ///
 /// A block of fewer than four weight rows repeats its last row (results discarded).
 #[target_feature(enable = "avx2,fma")]

@@ -4,8 +4,8 @@
 //! A decoding step makes about 200 parallel loops of 10-100 µs each. On rayon's pool, the
 //! worker went to sleep between them (after yielding to the OS), and the thread that woke
 //! it paid a futex call each time. The main thread then did about two thirds of the work
-//! while the worker woke up. Measured on the 2-core VM (README, "Kernels on a spinning
-//! pool").
+//! while the worker woke up. Measured on the 2-core VM (benches/README.md, "Kernels on a
+//! spinning pool").
 //!
 //! Here the workers spin on an atomic while loops keep coming, and park after [`SPIN`]
 //! without one. Every wait yields its CPU after a few spins ([`pause`]), so that on a
