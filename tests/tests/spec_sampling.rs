@@ -263,7 +263,7 @@ impl AcceptRule for AcceptTopTwo {
         let top: Vec<usize> = sorted.iter().take(2).map(|e| e.0).collect();
         match children.iter().position(|&x| top.contains(&(x as usize))) {
             Some(i) => Choice::Accept(i),
-            None => Choice::Reject(p.clone()),
+            None => Choice::Reject { removed: vec![] },
         }
     }
 }

@@ -56,8 +56,41 @@ impl Acceptance {
 pub enum Choice {
     /// Child `i` (index into the children given) is accepted.
     Accept(usize),
-    /// Every child was rejected: draw the next token from this distribution.
-    Reject(Dist),
+    /// Every child was rejected: draw the next token from the node's distribution p with
+    /// these tokens taken out and the rest renormalised ([`draw_without`]): the residual
+    /// that rejecting one-hot drafts leaves. Empty: draw from p itself.
+    Reject { removed: Vec<usize> },
+}
+
+/// Draw from p with the tokens of `removed` taken out and the rest renormalised, with one
+/// uniform number, walking p in its own order (what [`crate::sampling::draw`] does on that
+/// residual, without building it: a 49,152-token p is 0.8 MB). Where nothing is left, the
+/// last removal emptied the residual, which was then all on that token (a child rejected
+/// only by rounding): it is drawn.
+pub fn draw_without(p: &Dist, removed: &[usize], rng: &mut Rng) -> usize {
+    if removed.is_empty() {
+        return crate::sampling::draw(p, rng);
+    }
+    let kept = |x: usize| !removed.contains(&x);
+    let total: f64 = p.iter().filter(|e| kept(e.0)).map(|e| e.1).sum();
+    if total <= 0.0 {
+        return match removed.last() {
+            Some(&x) => x,
+            None => crate::sampling::draw(p, rng),
+        };
+    }
+    let u = rng.uniform() * total;
+    let mut acc = 0.0;
+    let mut last = None;
+    for &(x, px) in p.iter().filter(|e| kept(e.0) && e.1 > 0.0) {
+        acc += px;
+        if u < acc {
+            return x;
+        }
+        last = Some(x);
+    }
+    // Rounding: u fell past the last sum.
+    last.unwrap_or(0)
 }
 
 /// What decides, at one tree node, which child (if any) continues the path.
@@ -97,21 +130,48 @@ pub fn accept_probability(p: &Dist, q: &Dist, x: usize) -> f64 {
 pub struct Lossless;
 
 impl AcceptRule for Lossless {
+    /// The residual after rejecting children x₁..xᵢ₋₁ is p without them, divided by the
+    /// mass they leave, so child xᵢ is accepted with probability p(xᵢ) / (mass left): the
+    /// recursive rule of [`residual`] and [`accept_probability`] in one pass over p, no
+    /// residual built (tested draw for draw against them).
     fn choose(&self, p: &Dist, children: &[u32], rng: &mut Rng) -> Choice {
-        let mut cur = p.clone();
-        for (i, &x) in children.iter().enumerate() {
-            let q = vec![(x as usize, 1.0)];
-            if rng.uniform() < accept_probability(&cur, &q, x as usize) {
-                return Choice::Accept(i);
-            }
-            match residual(&cur, &q) {
-                Some(r) => cur = r,
-                // p was all on x, so x was accepted with probability 1: unreachable but
-                // keep p rather than an empty distribution.
-                None => return Choice::Reject(cur),
+        if children.is_empty() {
+            return Choice::Reject { removed: vec![] };
+        }
+        // One pass: the children's probabilities and p's total mass.
+        let mut px = vec![0.0; children.len()];
+        let mut left = 0.0;
+        for &(x, v) in p {
+            left += v;
+            for (c, &child) in px.iter_mut().zip(children) {
+                if child as usize == x {
+                    *c = v;
+                }
             }
         }
-        Choice::Reject(cur)
+        let mut removed: Vec<usize> = Vec::with_capacity(children.len());
+        for (i, &x) in children.iter().enumerate() {
+            let x = x as usize;
+            // A token already rejected has no mass left in the residual.
+            let mass = if removed.contains(&x) { 0.0 } else { px[i] };
+            let a = if mass > 0.0 && left > 0.0 {
+                (mass / left).min(1.0)
+            } else {
+                0.0
+            };
+            if rng.uniform() < a {
+                return Choice::Accept(i);
+            }
+            if mass > 0.0 {
+                removed.push(x);
+                left -= mass;
+                if left <= 0.0 {
+                    // The residual was all on x (rejected by rounding): nothing is left.
+                    break;
+                }
+            }
+        }
+        Choice::Reject { removed }
     }
 }
 
@@ -138,7 +198,7 @@ impl AcceptRule for Typical {
         let t = self.threshold(p);
         match children.iter().position(|&x| prob(p, x as usize) > t) {
             Some(i) => Choice::Accept(i),
-            None => Choice::Reject(p.clone()),
+            None => Choice::Reject { removed: vec![] },
         }
     }
 }
@@ -222,7 +282,7 @@ mod tests {
         for _ in 0..n {
             let x = match Lossless.choose(&p, &[5, 4], &mut rng) {
                 Choice::Accept(i) => [5, 4][i],
-                Choice::Reject(r) => crate::sampling::draw(&r, &mut rng),
+                Choice::Reject { removed } => draw_without(&p, &removed, &mut rng),
             };
             counts[x] += 1;
         }
@@ -232,6 +292,76 @@ mod tests {
                 "{counts:?}"
             );
         }
+    }
+
+    /// The recursive rule as written: try each child against the current residual,
+    /// rebuild the residual after each rejection, draw from the last one.
+    fn reference_outcome(p: &Dist, children: &[u32], rng: &mut Rng) -> usize {
+        let mut cur = p.clone();
+        for &x in children {
+            let q = vec![(x as usize, 1.0)];
+            if rng.uniform() < accept_probability(&cur, &q, x as usize) {
+                return x as usize;
+            }
+            match residual(&cur, &q) {
+                Some(r) => cur = r,
+                None => break,
+            }
+        }
+        crate::sampling::draw(&cur, rng)
+    }
+
+    /// [`Lossless`] without residuals takes the same decision as the recursive rule, draw
+    /// for draw from the same seeds: children in p or not, repeated, p's mass spread or on
+    /// one token, p's entries in any order.
+    #[test]
+    fn lossless_equals_the_recursive_rule_draw_for_draw() {
+        let mut cases_rng = Rng::new(5);
+        let mut cases = 0;
+        for case in 0..300 {
+            let n = 1 + (cases_rng.next_u64() % 12) as usize;
+            let mut p: Dist = (0..n)
+                .map(|i| (i * 3 + 1, cases_rng.uniform().powi(3)))
+                .filter(|e| e.1 > 0.0)
+                .collect();
+            if case % 10 == 0 {
+                p.iter_mut().for_each(|e| e.1 = 0.0);
+                p[0].1 = 1.0;
+            }
+            p.reverse();
+            let z: f64 = p.iter().map(|e| e.1).sum();
+            p.iter_mut().for_each(|e| e.1 /= z);
+            let k = 1 + (cases_rng.next_u64() % 4) as usize;
+            let children: Vec<u32> = (0..k)
+                .map(|_| (cases_rng.next_u64() % (3 * n as u64 + 3)) as u32)
+                .collect();
+            for seed in 0..50 {
+                let (mut a, mut b) = (Rng::new(seed), Rng::new(seed));
+                let fast = match Lossless.choose(&p, &children, &mut a) {
+                    Choice::Accept(i) => children[i] as usize,
+                    Choice::Reject { removed } => draw_without(&p, &removed, &mut a),
+                };
+                assert_eq!(
+                    fast,
+                    reference_outcome(&p, &children, &mut b),
+                    "p {p:?}, children {children:?}, seed {seed}"
+                );
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 15_000);
+    }
+
+    #[test]
+    fn draw_without_takes_the_removed_out() {
+        let p: Dist = vec![(2, 0.5), (4, 0.25), (6, 0.25)];
+        let mut rng = Rng::new(1);
+        for _ in 0..1_000 {
+            assert_eq!(draw_without(&p, &[2, 6], &mut rng), 4);
+            assert_ne!(draw_without(&p, &[4], &mut rng), 4);
+        }
+        // Nothing left: the last removed token (the residual before it was all on it).
+        assert_eq!(draw_without(&vec![(2, 1.0)], &[2], &mut rng), 2);
     }
 
     #[test]
@@ -248,6 +378,9 @@ mod tests {
         let mut rng = Rng::new(0);
         assert_eq!(t.choose(&u, &[3], &mut rng), Choice::Accept(0));
         let p = vec![(0, 0.95), (1, 0.05)];
-        assert!(matches!(t.choose(&p, &[1], &mut rng), Choice::Reject(_)));
+        assert!(matches!(
+            t.choose(&p, &[1], &mut rng),
+            Choice::Reject { .. }
+        ));
     }
 }

@@ -1,8 +1,8 @@
 //! The verifier: given the base model's choice at every tree node, keep the longest
 //! candidate path the base would have produced itself.
 
-use crate::acceptance::{AcceptRule, Choice, Dist};
-use crate::sampling::{Rng, draw};
+use crate::acceptance::{AcceptRule, Choice, Dist, draw_without};
+use crate::sampling::Rng;
 use crate::tree::TreeBuffers;
 
 /// The outcome of one verification.
@@ -51,15 +51,16 @@ pub fn verify_sampled(
     loop {
         let kids = &buffers.children[node];
         let kid_tokens: Vec<u32> = kids.iter().map(|&c| tokens[c]).collect();
-        match rule.choose(&dist(node), &kid_tokens, rng) {
+        let p = dist(node);
+        match rule.choose(&p, &kid_tokens, rng) {
             Choice::Accept(i) => {
                 node = kids[i];
                 accepted.push(node);
             }
-            Choice::Reject(rest) => {
+            Choice::Reject { removed } => {
                 return Verdict {
                     accepted,
-                    bonus: draw(&rest, rng) as u32,
+                    bonus: draw_without(&p, &removed, rng) as u32,
                 };
             }
         }
