@@ -248,6 +248,56 @@ fn bad_tree_and_bad_heads() {
     assert!(ok, "{err}");
 }
 
+/// `--no-adapt`: every step verifies the tree (the adaptive policy times plain steps
+/// first); without heads it is refused, naming `--heads`.
+#[test]
+fn no_adapt_verifies_the_tree_every_step() {
+    let dir = tmp("no-adapt");
+    let config = tiny_config(64, 2, true);
+    write_model_folder(&dir, &config, 1).unwrap();
+    let heads = dir.join("heads");
+    let m = toki_model::LlamaModel::from_weights(
+        &config,
+        &mut toki_model::weights::RandomWeights { seed: 1, std: 0.1 },
+        &burn::tensor::Device::flex(),
+        toki_model::Precision::F32,
+    )
+    .unwrap();
+    let cfg = toki_model::HeadsConfig::for_model(toki_model::HeadKind::Shared, 2, 1, m.config());
+    toki_model::MedusaHeads::init(cfg, &m)
+        .unwrap()
+        .save(&heads)
+        .unwrap();
+    let steps = |extra: &[&str]| {
+        let mut args = vec!["--prompt", "t5 t6", "--heads", heads.to_str().unwrap()];
+        args.extend_from_slice(&["--tree", "chain-2", "--json", "--max-new-tokens", "12"]);
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_toki"))
+            .args(["generate", "--backend", "cpu", "--model"])
+            .arg(&dir)
+            .args(&args)
+            .output()
+            .expect("toki runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        let stats = &v["stats"];
+        (stats["steps"].as_u64(), stats["speculative_steps"].as_u64())
+    };
+    let (all, spec) = steps(&["--no-adapt"]);
+    assert!(
+        all.is_some_and(|n| n > 0) && spec == all,
+        "{all:?} {spec:?}"
+    );
+    let (all, spec) = steps(&[]);
+    assert!(
+        spec < all,
+        "the adaptive policy times plain steps first: {all:?} {spec:?}"
+    );
+    let (ok, err) = generate(&dir, &["--prompt", "t5", "--no-adapt"]);
+    assert!(!ok && err.contains("--heads"), "{err}");
+}
+
 #[test]
 fn acceptance_mode_must_fit_the_temperature() {
     let dir = tmp("accept");

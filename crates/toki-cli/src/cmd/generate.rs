@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
-use toki_decode::{Acceptance, Engine, EngineOptions, Prompt, Request, Sampling};
+use toki_decode::{Acceptance, Engine, EngineOptions, Prompt, Request, Sampling, TreePolicy};
 use toki_model::Precision;
 use toki_model::tokenizer::Message;
 
@@ -132,6 +132,10 @@ pub struct Args {
     tree: crate::tree::TreeArgs,
     #[command(flatten)]
     acceptance: AcceptanceArgs,
+    /// Verify the full tree every step: no fallback to plain steps where speculation does
+    /// not pay (the adaptive policy is on by default).
+    #[arg(long, requires = "heads")]
+    no_adapt: bool,
     /// Print one JSON object (prompt_ids, output_ids, text, stats) instead of streaming.
     #[arg(long)]
     json: bool,
@@ -186,6 +190,11 @@ pub fn run(a: Args) -> Result<()> {
         sampling,
         acceptance,
         stop_strings: a.stop.clone(),
+        tree_policy: if a.no_adapt {
+            TreePolicy::Always
+        } else {
+            TreePolicy::Adaptive
+        },
         ..Request::greedy(prompt, a.max_new_tokens)
     };
     if a.json {
