@@ -248,6 +248,8 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
         "{last}"
     );
     assert!(last["overall"]["tau"].as_f64().unwrap() >= 1.0, "{last}");
+    // Not compared, so not reported as identical.
+    assert!(last["prompts"][0]["identical"].is_null(), "{last}");
 
     // A datastore from the training data, picked up from the heads folder: the same ids.
     let datastore = |data: &str, out: &str| {

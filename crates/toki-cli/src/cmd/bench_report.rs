@@ -198,7 +198,11 @@ pub fn write(
             r.plain_tokens_per_s,
             r.spec_tokens_per_s,
             r.speedup,
-            if r.identical { "yes" } else { "NO" }
+            match r.identical {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "n/a (sampled)",
+            }
         );
     }
     let md_path = dir.join("report.md");
