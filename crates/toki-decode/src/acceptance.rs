@@ -74,10 +74,7 @@ pub fn draw_without(p: &Dist, removed: &[usize], rng: &mut Rng) -> usize {
     let kept = |x: usize| !removed.contains(&x);
     let total: f64 = p.iter().filter(|e| kept(e.0)).map(|e| e.1).sum();
     if total <= 0.0 {
-        return match removed.last() {
-            Some(&x) => x,
-            None => crate::sampling::draw(p, rng),
-        };
+        return removed[removed.len() - 1];
     }
     let u = rng.uniform() * total;
     let mut acc = 0.0;

@@ -5,9 +5,10 @@
 //! (plain first, then speculative first: A B, B A, …), so that whatever the first run
 //! after a new prompt pays (allocations sized to its context, caches) falls on both
 //! sides. Greedy outputs must be identical (a mismatch is reported with its prompt and
-//! makes the command fail); sampled runs are draws, not compared. Reported per category and overall: τ (tokens per
-//! base pass of the speculative runs), tokens/s of each, speedup (median, min, max over
-//! prompts, and how many prompts ran below 1.00x) and per-head acceptance.
+//! makes the command fail); sampled runs are draws, not compared. Reported per category
+//! and overall: τ (tokens per base pass of the speculative runs), tokens/s of each,
+//! speedup (median, min, max over prompts, and how many prompts ran below 1.00x) and
+//! per-head acceptance.
 //!
 //! `--control` adds a second plain run to each pair (the three rotate: P S C, S C P,
 //! C P S) and reports its ratio to the first beside the speedup: plain decoding against
