@@ -163,6 +163,7 @@ pub struct PromptResult {
     /// Share of the speculative run's tokens accepted on nodes only a chain (prompt lookup or
     /// the datastore) proposed.
     pub lookup_share: f64,
+    /// Tokens the speculative runs generated, summed over the `--repeat` runs.
     pub tokens: usize,
     /// Greedy: whether every run of the prompt gave the same ids. Sampled: `None` (null in
     /// the JSON): the runs are draws, not compared.

@@ -183,7 +183,7 @@ pub fn write(
     };
     let _ = writeln!(
         md,
-        "| category | prompt | tokens | tau | plain tok/s | spec tok/s | speedup |{head} identical |\n|---|---|---:|---:|---:|---:|---:|{rule}---|"
+        "| category | prompt | tokens (all repeats) | tau | plain tok/s | spec tok/s | speedup |{head} identical |\n|---|---|---:|---:|---:|---:|---:|{rule}---|"
     );
     for r in results {
         let short: String = r.prompt.chars().take(60).collect();
