@@ -23,6 +23,25 @@ fn generate(model: &Path, extra: &[&str]) -> (bool, String) {
     (out.status.success(), err)
 }
 
+/// Two untrained heads for the tiny model of `tiny_config(64, 2, true)`, saved in
+/// `dir/heads`.
+fn write_heads(dir: &Path) -> std::path::PathBuf {
+    let heads = dir.join("heads");
+    let m = toki_model::LlamaModel::from_weights(
+        &tiny_config(64, 2, true),
+        &mut toki_model::weights::RandomWeights { seed: 1, std: 0.1 },
+        &burn::tensor::Device::flex(),
+        toki_model::Precision::F32,
+    )
+    .unwrap();
+    let cfg = toki_model::HeadsConfig::for_model(toki_model::HeadKind::Shared, 2, 1, m.config());
+    toki_model::MedusaHeads::init(cfg, &m)
+        .unwrap()
+        .save(&heads)
+        .unwrap();
+    heads
+}
+
 fn assert_one_line_error(ok: bool, err: &str, needle: &str) {
     assert!(!ok, "expected failure, got success: {err}");
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -185,19 +204,7 @@ fn bad_tree_and_bad_heads() {
     assert_one_line_error(ok, &err, "heads");
     let bad = dir.join("tree.json");
     std::fs::write(&bad, "[[0, 0]]").unwrap();
-    let heads = dir.join("heads");
-    let m = toki_model::LlamaModel::from_weights(
-        &tiny_config(64, 2, true),
-        &mut toki_model::weights::RandomWeights { seed: 1, std: 0.1 },
-        &burn::tensor::Device::flex(),
-        toki_model::Precision::F32,
-    )
-    .unwrap();
-    let cfg = toki_model::HeadsConfig::for_model(toki_model::HeadKind::Shared, 2, 1, m.config());
-    toki_model::MedusaHeads::init(cfg, &m)
-        .unwrap()
-        .save(&heads)
-        .unwrap();
+    let heads = write_heads(&dir);
     let (ok, err) = generate(
         &dir,
         &[
@@ -253,21 +260,8 @@ fn bad_tree_and_bad_heads() {
 #[test]
 fn no_adapt_verifies_the_tree_every_step() {
     let dir = tmp("no-adapt");
-    let config = tiny_config(64, 2, true);
-    write_model_folder(&dir, &config, 1).unwrap();
-    let heads = dir.join("heads");
-    let m = toki_model::LlamaModel::from_weights(
-        &config,
-        &mut toki_model::weights::RandomWeights { seed: 1, std: 0.1 },
-        &burn::tensor::Device::flex(),
-        toki_model::Precision::F32,
-    )
-    .unwrap();
-    let cfg = toki_model::HeadsConfig::for_model(toki_model::HeadKind::Shared, 2, 1, m.config());
-    toki_model::MedusaHeads::init(cfg, &m)
-        .unwrap()
-        .save(&heads)
-        .unwrap();
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let heads = write_heads(&dir);
     let steps = |extra: &[&str]| {
         let mut args = vec!["--prompt", "t5 t6", "--heads", heads.to_str().unwrap()];
         args.extend_from_slice(&["--tree", "chain-2", "--json", "--max-new-tokens", "12"]);
