@@ -10,14 +10,19 @@ fn tmp(name: &str) -> ScratchDir {
     ScratchDir::new(&format!("cli-{name}")).expect("scratch dir")
 }
 
-/// Run `toki generate` and return (exit success, stderr).
-fn generate(model: &Path, extra: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_toki"))
+/// Run `toki generate` on the cpu backend.
+fn run_generate(model: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_toki"))
         .args(["generate", "--backend", "cpu", "--model"])
         .arg(model)
         .args(extra)
         .output()
-        .expect("toki runs");
+        .expect("toki runs")
+}
+
+/// Run `toki generate` and return (exit success, stderr).
+fn generate(model: &Path, extra: &[&str]) -> (bool, String) {
+    let out = run_generate(model, extra);
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!err.contains("panicked"), "panic: {err}");
     (out.status.success(), err)
@@ -266,12 +271,7 @@ fn no_adapt_verifies_the_tree_every_step() {
         let mut args = vec!["--prompt", "t5 t6", "--heads", heads.to_str().unwrap()];
         args.extend_from_slice(&["--tree", "chain-2", "--json", "--max-new-tokens", "12"]);
         args.extend_from_slice(extra);
-        let out = Command::new(env!("CARGO_BIN_EXE_toki"))
-            .args(["generate", "--backend", "cpu", "--model"])
-            .arg(&dir)
-            .args(&args)
-            .output()
-            .expect("toki runs");
+        let out = run_generate(&dir, &args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
