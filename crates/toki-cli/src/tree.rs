@@ -196,7 +196,7 @@ pub fn load(spec: &str, mode: TreeMode, num_heads: usize) -> Result<Chosen> {
     let path = Path::new(spec);
     if !path.exists() {
         bail!(
-            "--tree {spec:?} is neither a preset (chain-N, small, medium, medusa-63), `auto`, nor a file"
+            "--tree {spec:?} is neither a preset (chain-N with N >= 1, small, medium, medusa-63), `auto`, nor a file"
         );
     }
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {spec}"))?;

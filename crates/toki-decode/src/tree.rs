@@ -47,7 +47,8 @@ pub enum TreePreset {
 }
 
 impl TreePreset {
-    /// `chain-4`, `small`, `medium`, `medusa-63`.
+    /// `chain-4`, `small`, `medium`, `medusa-63`. A chain is at least one head deep
+    /// (`chain-0` is not a preset: a tree of the root alone is plain decoding).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "small" => Some(Self::Small),
@@ -56,6 +57,7 @@ impl TreePreset {
             _ => s
                 .strip_prefix("chain-")
                 .and_then(|d| d.parse().ok())
+                .filter(|&d| d > 0)
                 .map(Self::Chain),
         }
     }
@@ -324,5 +326,9 @@ mod tests {
         }
         assert_eq!(TreePreset::parse("chain-3"), Some(TreePreset::Chain(3)));
         assert_eq!(TreePreset::parse("nope"), None);
+        // A chain of no heads, or of a negative or missing depth, is not a preset.
+        for bad in ["chain-0", "chain--1", "chain-", "chain-x"] {
+            assert_eq!(TreePreset::parse(bad), None, "{bad}");
+        }
     }
 }
