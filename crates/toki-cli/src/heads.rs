@@ -74,6 +74,15 @@ pub fn load(dir: &Path, engine: &Engine, draft: DraftArg) -> Result<HeadProposer
     };
     let counts = TokenCounts::read(&file)?;
     let ids = counts.top(size, base.config().vocab_size, &file)?;
+    // Said so where the size was asked for or trained with, not for the default's cut.
+    let asked = draft.size.is_some() || trained > 0;
+    if asked && ids.len() < size {
+        tracing::warn!(
+            "a draft vocabulary of {size} tokens was asked for, but {} lists {}: the heads score those",
+            file.display(),
+            ids.len()
+        );
+    }
     tracing::info!(
         "draft vocabulary: {} tokens covering {:.1}% of {}",
         ids.len(),

@@ -258,6 +258,16 @@ fn bad_tree_and_bad_heads() {
     );
     let (ok, err) = with(&["--tree", "chain-2", "--max-new-tokens", "4"]);
     assert!(ok, "{err}");
+    // A chain of no heads is not a preset.
+    let (ok, err) = with(&["--tree", "chain-0"]);
+    assert_one_line_error(ok, &err, "chain-N with N >= 1");
+    // More draft tokens asked for than the file lists: the ones it lists, and a warning.
+    let (ok, err) = with(&["--draft-vocab", "16", "--max-new-tokens", "4"]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("a draft vocabulary of 16 tokens was asked for") && err.contains("lists 2"),
+        "{err}"
+    );
 }
 
 /// `--no-adapt`: every step verifies the tree (the adaptive policy times plain steps
