@@ -230,9 +230,13 @@ fn chat_data_takes_loss_on_assistant_tokens_only() {
     let line = serde_json::json!({"messages": [
         {"role": "user", "content": "t5 t6"}, {"role": "assistant", "content": "t7 t8"}]});
     std::fs::write(&path, line.to_string()).expect("write");
-    let docs = load_documents(&[path], &tok).expect("loads");
+    let docs = load_documents(std::slice::from_ref(&path), &tok).expect("loads");
     // Rendered: t2 t5 t6 t3 | t2 t7 t8 t3; the prompt with its generation marker is 5 tokens.
     assert_eq!(docs[0].tokens, vec![2, 5, 6, 3, 2, 7, 8, 3]);
+    // A byte-order mark before the first line (some Windows editors write one) is skipped.
+    std::fs::write(&path, format!("\u{feff}{line}")).expect("write");
+    let again = load_documents(&[path], &tok).expect("loads with a byte-order mark");
+    assert_eq!(again[0].tokens, docs[0].tokens);
     assert_eq!(
         docs[0].target,
         vec![false, false, false, false, false, true, true, true]

@@ -84,6 +84,8 @@ pub fn load_documents(paths: &[PathBuf], tok: &Tokenizer) -> Result<Vec<Document
     let mut docs = vec![];
     for f in &files {
         let text = std::fs::read_to_string(f).map_err(|e| TrainError::io(f, e))?;
+        // A byte-order mark is not text to train on (nor the start of a JSON line).
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         if text.trim().is_empty() {
             return Err(TrainError::data(f, None, "the file is empty"));
         }
@@ -107,7 +109,7 @@ pub fn load_documents(paths: &[PathBuf], tok: &Tokenizer) -> Result<Vec<Document
                 docs.push(doc);
             }
         } else {
-            docs.push(plain(&text, tok).map_err(|e| TrainError::data(f, None, e))?);
+            docs.push(plain(text, tok).map_err(|e| TrainError::data(f, None, e))?);
         }
     }
     if docs.iter().all(|d| d.target.iter().all(|t| !t)) {

@@ -200,8 +200,9 @@ pub fn load(spec: &str, mode: TreeMode, num_heads: usize) -> Result<Chosen> {
         );
     }
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {spec}"))?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text); // a byte-order mark
     let v: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{spec}: not JSON"))?;
+        serde_json::from_str(text).with_context(|| format!("{spec}: not JSON"))?;
     match v.get("dynamic") {
         Some(d) if mode == TreeMode::Dynamic => {
             let d: DynamicTree = serde_json::from_value(d.clone())

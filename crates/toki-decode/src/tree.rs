@@ -145,7 +145,8 @@ impl Tree {
         let text = std::fs::read_to_string(path)
             .map_err(|e| DecodeError::Tree(format!("{}: {e}", path.display())))?;
         let err = |e: serde_json::Error| DecodeError::Tree(format!("{}: {e}", path.display()));
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(err)?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text); // a byte-order mark
+        let v: serde_json::Value = serde_json::from_str(text).map_err(err)?;
         let v = match v {
             serde_json::Value::Object(mut o) => o.remove("paths").unwrap_or_default(),
             other => other,
@@ -311,6 +312,17 @@ mod tests {
         assert!(e(&[vec![5]]).contains("rank 5"));
         assert!(e(&[vec![0], vec![0, 0], vec![0, 0, 0], vec![0, 0, 0, 0]]).contains("4 deep"));
         assert!(e(&[vec![]]).contains("empty"));
+    }
+
+    #[test]
+    fn a_tree_file_may_start_with_a_byte_order_mark() {
+        let dir = std::env::temp_dir().join(format!("toki-tree-bom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tree.json");
+        std::fs::write(&path, "\u{feff}[[0], [1], [0, 0]]").unwrap();
+        let t = Tree::from_file(&path, 2, 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(t.unwrap().len(), 4);
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub struct BenchPrompt {
 pub fn read_prompts(path: &std::path::Path) -> Result<Vec<BenchPrompt>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    // A byte-order mark (some Windows editors write one) is not part of the first line.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mut out = vec![];
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -499,7 +501,8 @@ mod tests {
             std::fs::write(&path, text).unwrap();
             read_prompts(&path).map_err(|e| format!("{e:#}"))
         };
-        let ok = read("{\"category\": \"code\", \"prompt\": \"a\"}\n\n{\"category\": \"qa\", \"prompt\": \"b\", \"chat\": false}\n").unwrap();
+        // With a byte-order mark and Windows line ends.
+        let ok = read("\u{feff}{\"category\": \"code\", \"prompt\": \"a\"}\r\n\r\n{\"category\": \"qa\", \"prompt\": \"b\", \"chat\": false}\r\n").unwrap();
         assert_eq!(ok.len(), 2);
         assert!(ok[0].chat && !ok[1].chat);
         assert_eq!(

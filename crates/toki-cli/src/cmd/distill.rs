@@ -46,7 +46,11 @@ pub fn read_prompts(path: &Path) -> Result<Vec<String>> {
         .is_some_and(|e| e == "jsonl" || e == "json");
     let mut prompts = Vec::new();
     for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {} line {}", path.display(), i + 1))?;
+        let mut line =
+            line.with_context(|| format!("reading {} line {}", path.display(), i + 1))?;
+        if i == 0 && line.starts_with('\u{feff}') {
+            line.remove(0); // a byte-order mark, not part of the prompt
+        }
         if line.trim().is_empty() {
             continue;
         }
@@ -169,4 +173,22 @@ pub fn run(a: Args) -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_prompts;
+
+    /// A byte-order mark before the first line is not part of the first prompt, in plain
+    /// text and in JSONL.
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_first_prompt() {
+        let dir = toki_model::testing::ScratchDir::new("distill-bom").unwrap();
+        let txt = dir.join("p.txt");
+        std::fs::write(&txt, "\u{feff}first\r\nsecond\n").unwrap();
+        assert_eq!(read_prompts(&txt).unwrap(), ["first", "second"]);
+        let jsonl = dir.join("p.jsonl");
+        std::fs::write(&jsonl, "\u{feff}{\"prompt\": \"a\"}\n").unwrap();
+        assert_eq!(read_prompts(&jsonl).unwrap(), ["a"]);
+    }
 }
