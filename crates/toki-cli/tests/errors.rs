@@ -258,6 +258,13 @@ fn bad_tree_and_bad_heads() {
     );
     let (ok, err) = with(&["--tree", "chain-2", "--max-new-tokens", "4"]);
     assert!(ok, "{err}");
+    // The summary line says what speculation did; without heads it has nothing to say.
+    assert!(err.contains("tokens a step over"), "{err}");
+    let (ok, err) = generate(&dir, &["--prompt", "t5", "--max-new-tokens", "4"]);
+    assert!(
+        ok && err.contains("tokens/s") && !err.contains("a step"),
+        "{err}"
+    );
     // A chain of no heads is not a preset.
     let (ok, err) = with(&["--tree", "chain-0"]);
     assert_one_line_error(ok, &err, "chain-N with N >= 1");

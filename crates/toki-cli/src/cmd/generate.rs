@@ -237,11 +237,20 @@ pub fn run(a: Args) -> Result<()> {
         let _ = stdout.write_all(&out.text.as_bytes()[printed..]);
     }
     let _ = writeln!(stdout);
+    let st = &out.stats;
+    // With heads: τ (tokens per base pass), and how many passes verified more than the root.
+    let spec = match &a.heads {
+        Some(_) => format!(
+            ", {:.2} tokens a step over {} steps ({} speculative)",
+            st.mean_accepted, st.steps, st.speculative_steps
+        ),
+        None => String::new(),
+    };
     eprintln!(
-        "[{} tokens, prefill {:.0} ms, {:.1} tokens/s, {:?}]",
+        "[{} tokens, prefill {:.0} ms, {:.1} tokens/s{spec}, {:?}]",
         out.output_ids.len(),
-        out.stats.prefill_ms,
-        out.stats.tokens_per_s,
+        st.prefill_ms,
+        st.tokens_per_s,
         out.finish_reason
     );
     Ok(())
