@@ -53,9 +53,9 @@ pub(crate) fn configured_threads() -> usize {
         .unwrap_or(1)
 }
 
-/// Greedy picks of one size (1, 2, 3-4, 5+ rows) after which the lm_head's arg-max has
-/// chosen its way by timing (`kernels/pick.rs`); what measures step costs runs this many
-/// first. 0 where nothing is timed.
+/// Greedy picks of one size (1, 2, 3-4, 5+ rows) by which the lm_head's arg-max has
+/// chosen its way by timing (`kernels/pick.rs`; earlier where one way is clearly faster);
+/// what measures step costs runs this many first. 0 where nothing is timed.
 #[cfg(target_arch = "x86_64")]
 pub const PICK_TIMING_CALLS: usize = pick::CALLS;
 #[cfg(not(target_arch = "x86_64"))]

@@ -7,11 +7,15 @@
 //! Intel Xeon VM with AVX-512 VNNI the full product was about 6% faster per decoded token
 //! (`benches/results/2026-12-05-cpu-pick-by-timing/`). So neither is hard-wired: the first
 //! calls of each size alternate between them, each timed, and from then on the one with the
-//! lower median serves that size.
+//! lower median serves that size. Where one way is clearly faster (after [`EARLY`] calls of
+//! each, every call of it at least [`CLEAR`] times faster than every call of the other:
+//! 1.1 against 2.0 ms on the AMD EPYC) it is chosen then, so that a short run does not pay
+//! the slower way's remaining trials.
 //!
 //! ```text
 //! calls of one size:  2 F 2 F 2 F 2 F 2 F 2 F 2 F 2 F 2 F | the faster, from then on
 //!                     (2 = two stages, F = full product; TRIALS of each)
+//! a clear case:       2 F 2 F 2 F 2 F | the faster, from then on
 //! ```
 
 use std::sync::Mutex;
@@ -19,7 +23,13 @@ use std::time::Instant;
 
 /// Timed calls of each way before one is chosen for a size.
 const TRIALS: usize = 9;
-/// Calls of one size after which its way is chosen (see [`super::PICK_TIMING_CALLS`]).
+/// Timed calls of each way after which a clearly faster one is chosen (four, so that a
+/// way's first slow calls, on a cold cache, cannot decide alone).
+const EARLY: usize = 4;
+/// How many times faster every call of one way must be than every call of the other for
+/// it to be chosen after [`EARLY`] calls.
+const CLEAR: f64 = 1.25;
+/// Calls of one size by which its way is chosen (see [`super::PICK_TIMING_CALLS`]).
 pub(crate) const CALLS: usize = 2 * TRIALS;
 /// Sizes (activation rows) timed apart: 1, 2, 3-4, 5 and more.
 const SIZES: usize = 4;
@@ -53,7 +63,8 @@ impl Trial {
         }
     }
 
-    /// Record one call; once both ways have `TRIALS` calls, the lower median wins.
+    /// Record one call; once both ways have `TRIALS` calls, the lower median wins (a
+    /// clearly faster one after `EARLY`).
     fn record(&mut self, way: Way, seconds: f64) -> Option<(Way, f64, f64)> {
         if self.chosen.is_some() {
             return None;
@@ -62,14 +73,24 @@ impl Trial {
             Way::TwoStage => self.two_stage.push(seconds),
             Way::Full => self.full.push(seconds),
         }
-        if self.two_stage.len() < TRIALS || self.full.len() < TRIALS {
-            return None;
-        }
+        let calls = self.two_stage.len().min(self.full.len());
+        // Every call of `fast` at least CLEAR times faster than every call of `slow`.
+        let clear = |fast: &[f64], slow: &[f64]| {
+            let worst = fast.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let best = slow.iter().copied().fold(f64::INFINITY, f64::min);
+            worst * CLEAR <= best
+        };
+        let early = match calls {
+            n if n >= TRIALS => None,
+            n if n >= EARLY && clear(&self.two_stage, &self.full) => Some(Way::TwoStage),
+            n if n >= EARLY && clear(&self.full, &self.two_stage) => Some(Way::Full),
+            _ => return None,
+        };
         let (two, full) = (median(&mut self.two_stage), median(&mut self.full));
-        let way = if two <= full {
-            Way::TwoStage
-        } else {
-            Way::Full
+        let way = match early {
+            Some(way) => way,
+            None if two <= full => Way::TwoStage,
+            None => Way::Full,
         };
         self.chosen = Some(way);
         Some((way, two, full))
@@ -147,8 +168,9 @@ mod tests {
 
     #[test]
     fn alternates_then_keeps_the_faster_way() {
+        // Within CLEAR of each other: every trial is run.
         let timer = PickTimer::default();
-        let ways = run(&timer, 1, 2.0, 1.5, 2 * TRIALS + 10);
+        let ways = run(&timer, 1, 2.0, 1.7, 2 * TRIALS + 10);
         let trials = &ways[..2 * TRIALS];
         assert_eq!(
             trials.iter().filter(|&&w| w == Way::TwoStage).count(),
@@ -157,10 +179,32 @@ mod tests {
         assert!(trials.chunks(2).all(|p| p == [Way::TwoStage, Way::Full]));
         assert!(ways[2 * TRIALS..].iter().all(|&w| w == Way::Full));
         // Another size is timed on its own, and may choose the other way.
-        let ways = run(&timer, 4, 1.0, 1.5, 2 * TRIALS + 5);
+        let ways = run(&timer, 4, 1.0, 1.1, 2 * TRIALS + 5);
         assert!(ways[2 * TRIALS..].iter().all(|&w| w == Way::TwoStage));
         assert_eq!(timer.next(1), Way::Full);
         assert_eq!(timer.next(3), Way::TwoStage, "3 and 4 rows share a size");
+    }
+
+    #[test]
+    fn a_clearly_faster_way_is_chosen_after_a_few_calls() {
+        let timer = PickTimer::default();
+        let ways = run(&timer, 1, 1.1, 2.0, 2 * EARLY + 10);
+        assert!(
+            ways[..2 * EARLY]
+                .chunks(2)
+                .all(|p| p == [Way::TwoStage, Way::Full])
+        );
+        assert!(ways[2 * EARLY..].iter().all(|&w| w == Way::TwoStage));
+        let ways = run(&timer, 2, 2.6, 1.0, 2 * EARLY + 10);
+        assert!(ways[2 * EARLY..].iter().all(|&w| w == Way::Full));
+        // Overlapping calls (one fast call of the slower way) are not clear: every trial.
+        let timer = PickTimer::default();
+        for i in 0..EARLY {
+            let mut sizes = timer.sizes.lock().unwrap();
+            sizes[0].record(Way::TwoStage, 1.0);
+            sizes[0].record(Way::Full, if i == 2 { 1.1 } else { 2.0 });
+        }
+        assert!(timer.sizes.lock().unwrap()[0].chosen.is_none());
     }
 
     #[test]
@@ -190,7 +234,13 @@ mod tests {
             let s = t.sizes.lock().unwrap();
             s[1].two_stage.len() + s[1].full.len()
         };
+        // Chosen after CALLS at the latest (earlier where one way was clearly faster).
         assert!(timer.sizes.lock().unwrap()[1].chosen.is_some());
-        assert_eq!(timed(&timer), CALLS, "no timing once chosen");
+        let after = timed(&timer);
+        assert!((2 * EARLY..=CALLS).contains(&after), "{after}");
+        for _ in 0..5 {
+            timer.run(2, |_| ());
+        }
+        assert_eq!(timed(&timer), after, "no timing once chosen");
     }
 }
