@@ -2,9 +2,10 @@
 //! token, whatever the tree, the heads, and how much of each tree is accepted.
 
 use toki_decode::adapt::Estimates;
+use toki_decode::proposer::{Conditioning, Ranked, StepInput};
 use toki_decode::{
-    Datastore, DynamicTree, Engine, HeadProposer, Lookup, Prompt, Request, Tree, TreePolicy,
-    TreePreset,
+    Datastore, DynamicTree, Engine, HeadProposer, Lookup, Prompt, Proposer, Request, Tree,
+    TreePolicy, TreePreset,
 };
 use toki_model::{DraftVocab, HeadInput, HeadKind, HeadsConfig, MedusaHeads};
 use toki_tests::{OracleProposer, prompt, tiny_engine};
@@ -421,6 +422,82 @@ fn datastore_chains_equal_plain_on_tiny_models() {
         .err()
         .expect("a token outside the vocabulary refused");
     assert!(err.to_string().contains("64"), "{err}");
+}
+
+/// A proposer that counts the calls made to it.
+struct CountingProposer<P> {
+    inner: P,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<P> CountingProposer<P> {
+    fn new(inner: P) -> Self {
+        Self {
+            inner,
+            calls: Default::default(),
+        }
+    }
+    fn count(&self) {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl<P: Proposer> Proposer for CountingProposer<P> {
+    fn num_heads(&self) -> usize {
+        self.inner.num_heads()
+    }
+    fn max_rank(&self) -> usize {
+        self.inner.max_rank()
+    }
+    fn rank(&self, input: StepInput<'_>, top_k: &[usize]) -> toki_decode::Result<Vec<Ranked>> {
+        self.count();
+        self.inner.rank(input, top_k)
+    }
+    fn rank_until(
+        &self,
+        input: StepInput<'_>,
+        top_k: &[usize],
+        enough: &mut dyn FnMut(&[Ranked]) -> bool,
+    ) -> toki_decode::Result<Vec<Ranked>> {
+        self.count();
+        self.inner.rank_until(input, top_k, enough)
+    }
+    fn conditioning(&self) -> Conditioning {
+        self.inner.conditioning()
+    }
+}
+
+#[test]
+fn a_tree_of_the_root_alone_decodes_plainly() {
+    // Every step verifies the root only, with or without the adaptive policy: no step is
+    // speculative and no head runs, not even in a plain step's shadow.
+    let (req, plain, reference) = plain_run(3, 2, true, 9, 40);
+    let root_only = Tree::from_paths(&[], 2, 1).unwrap();
+    for policy in [TreePolicy::Adaptive, TreePolicy::Always] {
+        let proposer = CountingProposer::new(OracleProposer {
+            reference: reference.clone(),
+            depth: 2,
+            vocab: 64,
+            noise: false,
+            honest: true,
+        });
+        let calls = proposer.calls.clone();
+        let out = tiny_engine(3, 2, true)
+            .with_proposer(Box::new(proposer), root_only.clone())
+            .unwrap()
+            .generate(&Request {
+                tree_policy: policy,
+                ..req.clone()
+            })
+            .unwrap();
+        assert_eq!(out.output_ids, plain, "{policy:?}");
+        assert_eq!(out.stats.speculative_steps, 0, "{policy:?}");
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{policy:?}"
+        );
+    }
 }
 
 #[test]
