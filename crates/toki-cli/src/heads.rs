@@ -75,10 +75,14 @@ pub fn load(dir: &Path, engine: &Engine, draft: DraftArg) -> Result<HeadProposer
     let counts = TokenCounts::read(&file)?;
     let ids = counts.top(size, base.config().vocab_size, &file)?;
     // Said so where the size was asked for or trained with, not for the default's cut.
-    let asked = draft.size.is_some() || trained > 0;
-    if asked && ids.len() < size {
+    let wanted = match draft.size {
+        Some(_) => Some(format!("--draft-vocab {size} asks for {size} tokens")),
+        None if trained > 0 => Some(format!("the heads were trained on {size} draft tokens")),
+        None => None,
+    };
+    if let Some(wanted) = wanted.filter(|_| ids.len() < size) {
         tracing::warn!(
-            "a draft vocabulary of {size} tokens was asked for, but {} lists {}: the heads score those",
+            "{wanted}, but {} lists {}: the heads score those",
             file.display(),
             ids.len()
         );

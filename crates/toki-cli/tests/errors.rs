@@ -272,7 +272,19 @@ fn bad_tree_and_bad_heads() {
     let (ok, err) = with(&["--draft-vocab", "16", "--max-new-tokens", "4"]);
     assert!(ok, "{err}");
     assert!(
-        err.contains("a draft vocabulary of 16 tokens was asked for") && err.contains("lists 2"),
+        err.contains("--draft-vocab 16 asks for 16 tokens") && err.contains("lists 2"),
+        "{err}"
+    );
+    // Heads trained on more draft tokens than the file lists: the same, said of the heads.
+    let json = heads.join("heads.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    cfg["draft_vocab"] = 8.into();
+    std::fs::write(&json, cfg.to_string()).unwrap();
+    let (ok, err) = with(&["--max-new-tokens", "4"]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("the heads were trained on 8 draft tokens") && err.contains("lists 2"),
         "{err}"
     );
 }

@@ -396,7 +396,10 @@ pub(crate) fn run(
     }
     // A tree of the root alone (a path list `[]`, a calibration that found nothing worth
     // verifying) verifies nothing beside the root: plain decoding, without the heads.
-    let spec = (engine.speculation.as_ref()).filter(|s| s.shape.max_nodes() > 1);
+    let spec = engine
+        .speculation
+        .as_ref()
+        .filter(|s| s.shape.max_nodes() > 1);
     let tree_len = spec.map_or(1, |s| s.shape.max_nodes());
     let capacity = n
         .saturating_add(request.max_new_tokens)

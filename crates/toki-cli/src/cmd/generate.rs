@@ -239,12 +239,13 @@ pub fn run(a: Args) -> Result<()> {
     let _ = writeln!(stdout);
     let st = &out.stats;
     // With heads: τ (tokens per base pass), and how many passes verified more than the root.
-    let spec = match &a.heads {
-        Some(_) => format!(
+    let spec = if a.heads.is_some() {
+        format!(
             ", {:.2} tokens a step over {} steps ({} speculative)",
             st.mean_accepted, st.steps, st.speculative_steps
-        ),
-        None => String::new(),
+        )
+    } else {
+        String::new()
     };
     eprintln!(
         "[{} tokens, prefill {:.0} ms, {:.1} tokens/s{spec}, {:?}]",
