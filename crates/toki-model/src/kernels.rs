@@ -11,9 +11,9 @@
 //! computes `x Wᵀ` reading each block of four weight rows from memory once for all
 //! activation rows, prefetched ahead so that the arithmetic overlaps the memory traffic,
 //! split over the kernel pool's threads (`kernels/pool.rs`: a worker that spins between
-//! loops) by blocks of output rows. Three kernels, picked at run time: AVX-512 for 2+ rows where the CPU has it
-//! (each weight row streamed once under up to eight activation rows), AVX2+FMA, portable
-//! code otherwise. `TOKI_NO_AVX512=1` turns the first off (for A/B runs).
+//! loops) by blocks of output rows. Three kernels, picked at run time: AVX-512 for 2+ rows
+//! where the CPU has it (each weight row streamed once under up to eight activation rows),
+//! AVX2+FMA, portable code otherwise. `TOKI_NO_AVX512=1` turns the first off (for A/B runs).
 //!
 //! How a copy keeps its values ([`HostWeight::compact`], [`HostWeight::with_precision`]):
 //! f32; the exact Q4_1 / Q8_0 blocks a converted model's weights are made of ([`blocks`]:
