@@ -1,7 +1,9 @@
 //! Speculative sampling is lossless: on a tiny model (vocabulary 8) the joint distribution
 //! of the first 3 sampled tokens matches the exact distribution of plain sampling, for
 //! several trees, heads and sampling settings; a deliberately wrong acceptance rule fails
-//! the same test (negative control); seeded runs repeat exactly.
+//! the same test (negative control); seeded runs repeat exactly; and with the same seed
+//! speculative sampling emits the very tokens plain sampling does (each position draws
+//! from its own generator).
 //!
 //! Test: Pearson chi-square goodness of fit of 20,000 samples against the exact joint
 //! probabilities (enumerated from the model: 1 + 8 + 64 forward passes), cells with an
@@ -10,7 +12,7 @@
 //! seeds are fixed, so the outcome is deterministic).
 
 use toki_decode::acceptance::{AcceptRule, Choice, Dist, prob};
-use toki_decode::sampling::{Rng, SampleParams, filtered_probs};
+use toki_decode::sampling::{Rng, SampleParams, draw, filtered_probs};
 use toki_decode::{
     Acceptance, DynamicTree, Engine, HeadProposer, Lookup, Prompt, Request, Sampling, Tree,
     TreePolicy, TreePreset,
@@ -257,13 +259,13 @@ fn speculative_sampling_matches_plain_sampling() {
 /// Accept a child whenever it is among p's two most likely tokens: plausible-looking, wrong.
 struct AcceptTopTwo;
 impl AcceptRule for AcceptTopTwo {
-    fn choose(&self, p: &Dist, children: &[u32], _rng: &mut Rng) -> Choice {
+    fn choose(&self, p: &Dist, children: &[u32], rng: &mut Rng) -> Choice {
         let mut sorted = p.clone();
         sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
         let top: Vec<usize> = sorted.iter().take(2).map(|e| e.0).collect();
         match children.iter().position(|&x| top.contains(&(x as usize))) {
             Some(i) => Choice::Accept(i),
-            None => Choice::Reject { removed: vec![] },
+            None => Choice::Next(draw(p, rng)),
         }
     }
 }
@@ -319,4 +321,60 @@ fn seeded_sampling_repeats_exactly_plain_and_speculative() {
             );
         }
     }
+}
+
+/// Same seed, same tokens: plain and speculative sampling draw each position's token from
+/// that position's generator, and lossless acceptance draws before it looks at the
+/// children, so the heads and the tree change how many passes a request takes, never its
+/// tokens. Every tree of the distribution test, several settings, 40 seeds each.
+#[test]
+fn speculative_sampling_emits_the_tokens_plain_sampling_does() {
+    let wide: Vec<Vec<usize>> = vec![vec![0], vec![1], vec![2], vec![0, 0], vec![1, 0]];
+    let chain2 = TreePreset::Chain(2).paths();
+    let setups: Vec<(&str, Engine)> = vec![
+        (
+            "chain-2 random heads",
+            with_heads(engine(), true, Shape::Static(&chain2)),
+        ),
+        (
+            "wide untrained heads",
+            with_heads(engine(), false, Shape::Static(&wide)),
+        ),
+        (
+            "dynamic untrained heads",
+            with_heads(engine(), false, Shape::Dynamic),
+        ),
+        (
+            "dynamic + lookup random heads",
+            with_heads(engine(), true, Shape::DynamicLookup),
+        ),
+    ];
+    let plain = engine();
+    let mut accepted = 0;
+    for (name, e) in &setups {
+        for p in [
+            params(1.0, 0, 1.0),
+            params(0.7, 0, 1.0),
+            params(1.3, 5, 0.9),
+        ] {
+            for seed in 0..40 {
+                let req = |tree_policy| Request {
+                    sampling: Sampling::Sample(SampleParams { seed, ..p }),
+                    tree_policy,
+                    ..Request::greedy(Prompt::Ids(PROMPT.to_vec()), 20)
+                };
+                let want = plain.generate(&req(TreePolicy::Never)).expect("plain");
+                let got = e.generate(&req(TreePolicy::Always)).expect("speculative");
+                assert_eq!(
+                    got.output_ids, want.output_ids,
+                    "{name}, {p:?}, seed {seed}: speculative sampling left plain sampling's tokens"
+                );
+                accepted += got.output_ids.len().saturating_sub(1 + got.stats.steps);
+            }
+        }
+    }
+    assert!(
+        accepted > 100,
+        "proposals were hardly ever accepted ({accepted} tokens): the check would be vacuous"
+    );
 }

@@ -239,7 +239,8 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     assert!(ok && last["overall"].get("control").is_none(), "{last}");
     assert!(last["prompts"][0].get("control").is_none(), "{last}");
 
-    // Sampling: tau and speedup at a temperature, outputs not compared.
+    // Sampling: tau and speedup at a temperature; under lossless acceptance the same seed
+    // draws the same tokens plain or speculative, so the outputs are compared.
     let (ok, out, err) = bench(&dir, &["--tree", "chain-2", "--temperature", "0.7"]);
     assert!(ok, "{err}");
     let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
@@ -248,7 +249,20 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
         "{last}"
     );
     assert!(last["overall"]["tau"].as_f64().unwrap() >= 1.0, "{last}");
-    // Not compared, so not reported as identical.
+    assert_eq!(last["prompts"][0]["identical"], true, "{last}");
+    assert_eq!(last["mismatches"], 0, "{last}");
+    // Typical acceptance is lossy: not compared, so not reported as identical.
+    let typical = [
+        "--tree",
+        "chain-2",
+        "--temperature",
+        "0.7",
+        "--acceptance",
+        "typical",
+    ];
+    let (ok, out, err) = bench(&dir, &typical);
+    assert!(ok, "{err}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert!(last["prompts"][0]["identical"].is_null(), "{last}");
 
     // A datastore from the training data, picked up from the heads folder: the same ids.

@@ -1,20 +1,31 @@
 //! Accepting sampled tree proposals: pure functions over sparse distributions.
 //!
-//! **Lossless** (the default when sampling) is SpecInfer's multi-draft recursive rejection
-//! sampling with deterministic drafts. The heads' top-k tokens are used as drafts with a
-//! one-hot draft distribution q = δ(x): at a node with base distribution p (after
-//! temperature, top-k and top-p, exactly as plain sampling applies them), the children
-//! x₁, x₂, … are tried in order; child xᵢ is accepted with probability
-//! min(1, p(xᵢ)/q(xᵢ)) = p(xᵢ); on rejection p becomes the residual norm(max(0, p − q)),
-//! which for a one-hot q is p with xᵢ removed and renormalised. When every child is
-//! rejected, the next token is drawn from the last residual. Each emitted token is thus an
-//! exact draw from p: the output distribution equals plain sampling.
+//! **Lossless** (the default when sampling): at a node with base distribution p (after
+//! temperature, top-k and top-p, exactly as plain sampling applies them) the token after
+//! the node is drawn from p, as plain sampling would draw it, and the child holding that
+//! token (if any) continues the path; otherwise the walk ends and the drawn token is the
+//! step's next token. This is SpecInfer's multi-draft recursive rejection sampling with
+//! deterministic drafts in another form: with one-hot drafts q = δ(x) the recursive rule
+//! accepts child xᵢ with probability min(1, p(xᵢ)/q(xᵢ)) = p(xᵢ) of what is left, moves
+//! to the residual norm(max(0, p − q)) = p without xᵢ on a rejection, and draws from the
+//! last residual: every outcome (child x accepted, or token y drawn after the children)
+//! has probability p(x) or p(y), as one draw from p does (tested outcome by outcome
+//! against the recursive rule). Each emitted token is an exact draw from p: the output
+//! distribution equals plain sampling. Drawing first gives more: the draw for a position
+//! comes from that position's generator ([`Rng::for_position`]), so speculative sampling
+//! emits the very tokens plain sampling emits with the same seed.
+//!
+//! ```text
+//!   node's p     a .5   b .3   c .2        children  b, c
+//!   u = 0.62 ->  b (in [.5, .8))           child b accepted: the path goes on from b
+//!   u = 0.31 ->  a                         no child holds a: the step ends, a is next
+//! ```
 //!
 //! **Typical** (the reference Medusa's mode) accepts a child x when
 //! p(x) > min(ε, δ·exp(−H(p))) and keeps the longest such path; the token after it is drawn
 //! from p. It is *not* distribution-preserving: it trades exactness for longer accepts.
 
-use crate::sampling::Rng;
+use crate::sampling::{Rng, draw};
 
 /// A sparse distribution: (token, probability) pairs, probabilities summing to 1.
 pub type Dist = Vec<(usize, f64)>;
@@ -56,38 +67,9 @@ impl Acceptance {
 pub enum Choice {
     /// Child `i` (index into the children given) is accepted.
     Accept(usize),
-    /// Every child was rejected: draw the next token from the node's distribution p with
-    /// these tokens taken out and the rest renormalised ([`draw_without`]): the residual
-    /// that rejecting one-hot drafts leaves. Empty: draw from p itself.
-    Reject { removed: Vec<usize> },
-}
-
-/// Draw from p with the tokens of `removed` taken out and the rest renormalised, with one
-/// uniform number, walking p in its own order (what [`crate::sampling::draw`] does on that
-/// residual, without building it: a 49,152-token p is 0.8 MB). Where nothing is left, the
-/// last removal emptied the residual, which was then all on that token (a child rejected
-/// only by rounding): it is drawn.
-pub fn draw_without(p: &Dist, removed: &[usize], rng: &mut Rng) -> usize {
-    if removed.is_empty() {
-        return crate::sampling::draw(p, rng);
-    }
-    let kept = |x: usize| !removed.contains(&x);
-    let total: f64 = p.iter().filter(|e| kept(e.0)).map(|e| e.1).sum();
-    if total <= 0.0 {
-        return removed[removed.len() - 1];
-    }
-    let u = rng.uniform() * total;
-    let mut acc = 0.0;
-    let mut last = None;
-    for &(x, px) in p.iter().filter(|e| kept(e.0) && e.1 > 0.0) {
-        acc += px;
-        if u < acc {
-            return x;
-        }
-        last = Some(x);
-    }
-    // Rounding: u fell past the last sum.
-    last.unwrap_or(0)
+    /// No child continues the path: `token` is the token after the node (drawn from the
+    /// node's distribution), the step's last.
+    Next(usize),
 }
 
 /// What decides, at one tree node, which child (if any) continues the path.
@@ -123,52 +105,17 @@ pub fn accept_probability(p: &Dist, q: &Dist, x: usize) -> f64 {
     }
 }
 
-/// Lossless: recursive rejection with one-hot drafts.
+/// Lossless: draw the token after the node from p, follow the child that holds it (see the
+/// module docs for why this is the recursive rejection rule).
 pub struct Lossless;
 
 impl AcceptRule for Lossless {
-    /// The residual after rejecting children x₁..xᵢ₋₁ is p without them, divided by the
-    /// mass they leave, so child xᵢ is accepted with probability p(xᵢ) / (mass left): the
-    /// recursive rule of [`residual`] and [`accept_probability`] in one pass over p, no
-    /// residual built (tested draw for draw against them).
     fn choose(&self, p: &Dist, children: &[u32], rng: &mut Rng) -> Choice {
-        if children.is_empty() {
-            return Choice::Reject { removed: vec![] };
+        let y = draw(p, rng);
+        match children.iter().position(|&x| x as usize == y) {
+            Some(i) => Choice::Accept(i),
+            None => Choice::Next(y),
         }
-        // One pass: the children's probabilities and p's total mass.
-        let mut px = vec![0.0; children.len()];
-        let mut left = 0.0;
-        for &(x, v) in p {
-            left += v;
-            for (c, &child) in px.iter_mut().zip(children) {
-                if child as usize == x {
-                    *c = v;
-                }
-            }
-        }
-        let mut removed: Vec<usize> = Vec::with_capacity(children.len());
-        for (i, &x) in children.iter().enumerate() {
-            let x = x as usize;
-            // A token already rejected has no mass left in the residual.
-            let mass = if removed.contains(&x) { 0.0 } else { px[i] };
-            let a = if mass > 0.0 && left > 0.0 {
-                (mass / left).min(1.0)
-            } else {
-                0.0
-            };
-            if rng.uniform() < a {
-                return Choice::Accept(i);
-            }
-            if mass > 0.0 {
-                removed.push(x);
-                left -= mass;
-                if left <= 0.0 {
-                    // The residual was all on x (rejected by rounding): nothing is left.
-                    break;
-                }
-            }
-        }
-        Choice::Reject { removed }
     }
 }
 
@@ -191,11 +138,11 @@ impl Typical {
 }
 
 impl AcceptRule for Typical {
-    fn choose(&self, p: &Dist, children: &[u32], _rng: &mut Rng) -> Choice {
+    fn choose(&self, p: &Dist, children: &[u32], rng: &mut Rng) -> Choice {
         let t = self.threshold(p);
         match children.iter().position(|&x| prob(p, x as usize) > t) {
             Some(i) => Choice::Accept(i),
-            None => Choice::Reject { removed: vec![] },
+            None => Choice::Next(draw(p, rng)),
         }
     }
 }
@@ -279,7 +226,10 @@ mod tests {
         for _ in 0..n {
             let x = match Lossless.choose(&p, &[5, 4], &mut rng) {
                 Choice::Accept(i) => [5, 4][i],
-                Choice::Reject { removed } => draw_without(&p, &removed, &mut rng),
+                Choice::Next(x) => {
+                    assert!(x != 5 && x != 4, "a child's token ended the walk");
+                    x
+                }
             };
             counts[x] += 1;
         }
@@ -291,31 +241,83 @@ mod tests {
         }
     }
 
-    /// The recursive rule as written: try each child against the current residual,
-    /// rebuild the residual after each rejection, draw from the last one.
-    fn reference_outcome(p: &Dist, children: &[u32], rng: &mut Rng) -> usize {
+    /// The probability of each outcome of the recursive rule as written (try each child
+    /// against the current residual, rebuild the residual after each rejection, draw from
+    /// the last one): `accept[i]` for child i, `next[x]` for token x drawn at the end.
+    fn recursive_outcomes(p: &Dist, children: &[u32], tokens: usize) -> (Vec<f64>, Vec<f64>) {
+        let (mut accept, mut next) = (vec![0.0; children.len()], vec![0.0; tokens]);
         let mut cur = p.clone();
-        for &x in children {
+        let mut reach = 1.0;
+        for (i, &x) in children.iter().enumerate() {
             let q = vec![(x as usize, 1.0)];
-            if rng.uniform() < accept_probability(&cur, &q, x as usize) {
-                return x as usize;
-            }
+            let a = accept_probability(&cur, &q, x as usize);
+            accept[i] += reach * a;
+            reach *= 1.0 - a;
             match residual(&cur, &q) {
                 Some(r) => cur = r,
-                None => break,
+                None => {
+                    reach = 0.0;
+                    break;
+                }
             }
         }
-        crate::sampling::draw(&cur, rng)
+        for &(x, px) in &cur {
+            next[x] += reach * px;
+        }
+        (accept, next)
     }
 
-    /// [`Lossless`] without residuals takes the same decision as the recursive rule, draw
-    /// for draw from the same seeds: children in p or not, repeated, p's mass spread or on
-    /// one token, p's entries in any order.
+    /// The same for a rule that decides from one uniform number u (`rule(p, children, u)`),
+    /// exactly: [`crate::sampling::draw_at`] maps u to token x on an interval of length
+    /// p(x) (walking p in its own order), so each outcome's probability is the length of the
+    /// interval that gives it. The rule is run once inside each interval.
+    fn outcomes_by_u(
+        p: &Dist,
+        children: &[u32],
+        tokens: usize,
+        rule: impl Fn(&Dist, &[u32], f64) -> Choice,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let (mut accept, mut next) = (vec![0.0; children.len()], vec![0.0; tokens]);
+        let mut lo = 0.0;
+        for &(_, px) in p {
+            if px > 0.0 {
+                match rule(p, children, lo + px / 2.0) {
+                    Choice::Accept(i) => accept[i] += px,
+                    Choice::Next(x) => next[x] += px,
+                }
+            }
+            lo += px;
+        }
+        (accept, next)
+    }
+
+    /// [`Lossless::choose`] with its one uniform number given (what its generator yields;
+    /// `lossless_draws_then_follows_the_child` checks the rule against this).
+    fn lossless_at(p: &Dist, children: &[u32], u: f64) -> Choice {
+        let y = crate::sampling::draw_at(p, u);
+        match children.iter().position(|&x| x as usize == y) {
+            Some(i) => Choice::Accept(i),
+            None => Choice::Next(y),
+        }
+    }
+
     #[test]
-    fn lossless_equals_the_recursive_rule_draw_for_draw() {
+    fn lossless_draws_then_follows_the_child() {
+        let p: Dist = vec![(3, 0.1), (0, 0.4), (2, 0.2), (1, 0.3)];
+        for seed in 0..2_000 {
+            let u = Rng::new(seed).uniform();
+            let want = lossless_at(&p, &[2, 0, 2], u);
+            assert_eq!(Lossless.choose(&p, &[2, 0, 2], &mut Rng::new(seed)), want);
+        }
+    }
+
+    /// [`Lossless`] and the recursive rule give every outcome (which child is accepted,
+    /// or which token is drawn when none is) the same probability: children in p or not,
+    /// repeated, p's mass spread or on one token, p's entries in any order.
+    #[test]
+    fn lossless_has_the_recursive_rules_outcome_probabilities() {
         let mut cases_rng = Rng::new(5);
-        let mut cases = 0;
-        for case in 0..300 {
+        for case in 0..3_000 {
             let n = 1 + (cases_rng.next_u64() % 12) as usize;
             let mut p: Dist = (0..n)
                 .map(|i| (i * 3 + 1, cases_rng.uniform().powi(3)))
@@ -332,33 +334,37 @@ mod tests {
             let children: Vec<u32> = (0..k)
                 .map(|_| (cases_rng.next_u64() % (3 * n as u64 + 3)) as u32)
                 .collect();
-            for seed in 0..50 {
-                let (mut a, mut b) = (Rng::new(seed), Rng::new(seed));
-                let fast = match Lossless.choose(&p, &children, &mut a) {
-                    Choice::Accept(i) => children[i] as usize,
-                    Choice::Reject { removed } => draw_without(&p, &removed, &mut a),
-                };
-                assert_eq!(
-                    fast,
-                    reference_outcome(&p, &children, &mut b),
-                    "p {p:?}, children {children:?}, seed {seed}"
-                );
-                cases += 1;
-            }
+            let tokens = 3 * n + 3;
+            let (ra, rn) = recursive_outcomes(&p, &children, tokens);
+            let (la, ln) = outcomes_by_u(&p, &children, tokens, lossless_at);
+            let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
+            assert!(
+                close(&ra, &la) && close(&rn, &ln),
+                "p {p:?}, children {children:?}: recursive {ra:?} {rn:?}, lossless {la:?} {ln:?}"
+            );
         }
-        assert_eq!(cases, 15_000);
     }
 
+    /// The check above can fail: a rule that draws from p but accepts the first child
+    /// whenever the draw is not another child's (plausible-looking, wrong) gives the first
+    /// child more than p's share.
     #[test]
-    fn draw_without_takes_the_removed_out() {
-        let p: Dist = vec![(2, 0.5), (4, 0.25), (6, 0.25)];
-        let mut rng = Rng::new(1);
-        for _ in 0..1_000 {
-            assert_eq!(draw_without(&p, &[2, 6], &mut rng), 4);
-            assert_ne!(draw_without(&p, &[4], &mut rng), 4);
-        }
-        // Nothing left: the last removed token (the residual before it was all on it).
-        assert_eq!(draw_without(&vec![(2, 1.0)], &[2], &mut rng), 2);
+    fn the_outcome_check_tells_a_wrong_rule() {
+        let p: Dist = vec![(0, 0.5), (1, 0.3), (2, 0.2)];
+        let wrong = |p: &Dist, children: &[u32], u: f64| {
+            let y = crate::sampling::draw_at(p, u);
+            match children.iter().position(|&x| x as usize == y) {
+                Some(i) => Choice::Accept(i),
+                None => Choice::Accept(0),
+            }
+        };
+        let (ra, rn) = recursive_outcomes(&p, &[1, 2], 3);
+        let (wa, wn) = outcomes_by_u(&p, &[1, 2], 3, wrong);
+        assert!((ra[0] - 0.3).abs() < 1e-12 && (rn[0] - 0.5).abs() < 1e-12);
+        assert!((wa[0] - 0.8).abs() < 1e-12 && wn[0] == 0.0);
+        let (la, ln) = outcomes_by_u(&p, &[1, 2], 3, lossless_at);
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12);
+        assert!(close(&la, &ra) && close(&ln, &rn), "{la:?} {ln:?}");
     }
 
     #[test]
@@ -375,9 +381,6 @@ mod tests {
         let mut rng = Rng::new(0);
         assert_eq!(t.choose(&u, &[3], &mut rng), Choice::Accept(0));
         let p = vec![(0, 0.95), (1, 0.05)];
-        assert!(matches!(
-            t.choose(&p, &[1], &mut rng),
-            Choice::Reject { .. }
-        ));
+        assert!(matches!(t.choose(&p, &[1], &mut rng), Choice::Next(0 | 1)));
     }
 }

@@ -16,10 +16,9 @@
 use burn::tensor::{Tensor, TensorData};
 use toki_model::AttnMask;
 
-use crate::driver::pick;
+use crate::driver::greedy_tokens;
 use crate::engine::Engine;
 use crate::error::{DecodeError, Result};
-use crate::sampling::{Rng, Sampling};
 
 impl Engine {
     /// Greedy continuations of `prompts` (token ids), each up to `max_new_tokens` or an end
@@ -51,7 +50,6 @@ impl Engine {
         let mut cache = model.new_cache(capacity);
         // owner[r]: the sequence cache row r belongs to.
         let mut owner: Vec<usize> = Vec::with_capacity(capacity);
-        let mut rng = Rng::new(0);
         let mut next = Vec::with_capacity(prompts.len());
 
         // Prefill each prompt alone: causal among its tokens, blind to the other prompts.
@@ -74,7 +72,7 @@ impl Engine {
                 &self.rope,
             ); // [t, D]
             owner.extend(std::iter::repeat_n(b, t));
-            next.push(pick(model, hidden.slice([t - 1..t]), &Sampling::Greedy, &mut rng)?[0]);
+            next.push(greedy_tokens(model, hidden.slice([t - 1..t]))?[0]);
         }
         for (b, &t) in next.iter().enumerate() {
             outputs[b].push(t);
@@ -120,7 +118,7 @@ impl Engine {
                 &self.rope,
             ); // [t, D]
             owner.extend(active.iter().copied());
-            let picked = pick(model, hidden, &Sampling::Greedy, &mut rng)?;
+            let picked = greedy_tokens(model, hidden)?;
             for (&b, &tok) in active.iter().zip(&picked) {
                 outputs[b].push(tok);
             }

@@ -36,12 +36,13 @@ pub fn greedy_tokens(model: &LlamaModel, hidden: Tensor<2>) -> Result<Vec<u32>> 
     Ok(ids.into_iter().map(|x| x as u32).collect())
 }
 
-/// Next-token choice for every row of `hidden` [R, D].
+/// Next-token choice for every row of `hidden` [R, D]; sampled, row r's token is the one at
+/// sequence position `position + r` ([`Rng::for_position`]).
 pub(crate) fn pick(
     model: &LlamaModel,
     hidden: Tensor<2>,
     sampling: &Sampling,
-    rng: &mut Rng,
+    position: usize,
 ) -> Result<Vec<u32>> {
     match sampling {
         Sampling::Greedy => greedy_tokens(model, hidden),
@@ -50,7 +51,10 @@ pub(crate) fn pick(
             let [rows, vocab] = logits.dims();
             let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
             Ok((0..rows)
-                .map(|r| draw(&filtered_probs(&flat[r * vocab..(r + 1) * vocab], p), rng) as u32)
+                .map(|r| {
+                    let probs = filtered_probs(&flat[r * vocab..(r + 1) * vocab], p);
+                    draw(&probs, &mut Rng::for_position(p.seed, position + r)) as u32
+                })
                 .collect())
         }
     }
@@ -178,7 +182,8 @@ impl<'a> Progress<'a> {
 
 /// Verify one step: greedy (accept what the base's arg-max agrees with) or sampled (`rule`
 /// walks the tree on the base's filtered distributions), from the tree's hidden states
-/// [N, D].
+/// [N, D]. The root sits at sequence position `root_position`; the token after node i at
+/// `root_position + depth + 1`, drawn from that position's generator.
 fn verify(
     model: &LlamaModel,
     hidden: Tensor<2>,
@@ -186,20 +191,21 @@ fn verify(
     tokens: &[u32],
     sampling: &Sampling,
     rule: &dyn AcceptRule,
-    rng: &mut Rng,
+    root_position: usize,
 ) -> Result<Verdict> {
     match sampling {
         Sampling::Greedy => Ok(verify_greedy(
             buffers,
             tokens,
-            &pick(model, hidden, sampling, rng)?,
+            &greedy_tokens(model, hidden)?,
         )),
         Sampling::Sample(p) => {
             let logits = model.logits(hidden); // [N, vocab]
             let [_, vocab] = logits.dims();
             let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
             let dist = |i: usize| filtered_probs(&flat[i * vocab..(i + 1) * vocab], p);
-            Ok(verify_sampled(buffers, tokens, dist, rule, rng))
+            let draws = |i: usize| Rng::for_position(p.seed, root_position + buffers.depths[i] + 1);
+            Ok(verify_sampled(buffers, tokens, dist, rule, draws))
         }
     }
 }
@@ -385,10 +391,6 @@ pub(crate) fn run(
 ) -> Result<Output> {
     let model = &engine.model;
     let n = prompt_ids.len();
-    let mut rng = Rng::new(match request.sampling {
-        Sampling::Sample(p) => p.seed,
-        Sampling::Greedy => 0,
-    });
     let mut progress = Progress::new(engine, request);
     let mut stats = Stats::default();
     if request.max_new_tokens == 0 {
@@ -418,7 +420,7 @@ pub(crate) fn run(
         &engine.rope,
     );
     let mut last_hidden = hidden.slice([n - 1..n]); // [1, D]
-    let mut root = pick(model, last_hidden.clone(), &request.sampling, &mut rng)?[0];
+    let mut root = pick(model, last_hidden.clone(), &request.sampling, n)?[0];
     stats.prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
 
     let t1 = Instant::now();
@@ -463,6 +465,7 @@ pub(crate) fn run(
         };
         let drafted = step_start.elapsed();
         // 2. Verify every node in one base pass; keep the accepted path's cache rows.
+        let root_position = cache.len();
         let hidden = forward_nodes(engine, &tokens, &buffers, &mut cache); // [N, D]
         let forwarded = step_start.elapsed();
         let verdict = verify(
@@ -472,7 +475,7 @@ pub(crate) fn run(
             &tokens,
             &request.sampling,
             rule,
-            &mut rng,
+            root_position,
         )?;
         let verified = step_start.elapsed();
         cache.compact(tokens.len(), &verdict.accepted);

@@ -87,6 +87,15 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
+    /// The generator of the token at `position` of a sequence (prompt tokens included):
+    /// each position draws from its own stream of `seed`, so a sampled token depends on the
+    /// seed, its position and its distribution alone, not on how many draws came before it.
+    /// Plain decoding and speculative decoding, which reach a position after different
+    /// numbers of draws, thereby sample the same token there ([`crate::acceptance`]).
+    pub fn for_position(seed: u64, position: usize) -> Self {
+        let key = Rng::new(seed).next_u64() ^ (position as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+        Self(Rng::new(key).next_u64())
+    }
     /// Uniform in [0, 1).
     pub fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
@@ -152,7 +161,12 @@ pub fn filtered_probs(logits: &[f32], p: &SampleParams) -> Vec<(usize, f64)> {
 
 /// Draw from a sparse distribution with one uniform number.
 pub fn draw(probs: &[(usize, f64)], rng: &mut Rng) -> usize {
-    let u = rng.uniform();
+    draw_at(probs, rng.uniform())
+}
+
+/// The token a uniform number `u` in [0, 1) draws: the first whose cumulative probability,
+/// summed in `probs`' order, exceeds u (the last where rounding leaves u past the sum).
+pub fn draw_at(probs: &[(usize, f64)], u: f64) -> usize {
     let mut acc = 0.0;
     for &(i, p) in probs {
         acc += p;

@@ -1,7 +1,7 @@
 //! The verifier: given the base model's choice at every tree node, keep the longest
 //! candidate path the base would have produced itself.
 
-use crate::acceptance::{AcceptRule, Choice, Dist, draw_without};
+use crate::acceptance::{AcceptRule, Choice, Dist};
 use crate::sampling::Rng;
 use crate::tree::TreeBuffers;
 
@@ -37,14 +37,15 @@ pub fn verify_greedy(buffers: &TreeBuffers, tokens: &[u32], base: &[u32]) -> Ver
 
 /// Sampled verification. From the root, `rule` decides at each node which child (if any)
 /// continues the path, given `dist(i)`, the base's distribution for the token after node i
-/// (computed only for the nodes the walk reaches). The walk ends when a node's children are
-/// all rejected (or it has none): the token after it is drawn from what the rule leaves.
+/// (computed only for the nodes the walk reaches), and `draws(i)`, the generator of that
+/// token's position. The walk ends when no child continues: the token the rule chose
+/// then is the bonus.
 pub fn verify_sampled(
     buffers: &TreeBuffers,
     tokens: &[u32],
     mut dist: impl FnMut(usize) -> Dist,
     rule: &dyn AcceptRule,
-    rng: &mut Rng,
+    draws: impl Fn(usize) -> Rng,
 ) -> Verdict {
     let mut node = 0;
     let mut accepted = vec![0];
@@ -52,15 +53,15 @@ pub fn verify_sampled(
         let kids = &buffers.children[node];
         let kid_tokens: Vec<u32> = kids.iter().map(|&c| tokens[c]).collect();
         let p = dist(node);
-        match rule.choose(&p, &kid_tokens, rng) {
+        match rule.choose(&p, &kid_tokens, &mut draws(node)) {
             Choice::Accept(i) => {
                 node = kids[i];
                 accepted.push(node);
             }
-            Choice::Reject { removed } => {
+            Choice::Next(token) => {
                 return Verdict {
                     accepted,
-                    bonus: draw_without(&p, &removed, rng) as u32,
+                    bonus: token as u32,
                 };
             }
         }

@@ -4,8 +4,10 @@
 //! speculative run, the order alternating from pair to pair and from prompt to prompt
 //! (plain first, then speculative first: A B, B A, …), so that whatever the first run
 //! after a new prompt pays (allocations sized to its context, caches) falls on both
-//! sides. Greedy outputs must be identical (a mismatch is reported with its prompt and
-//! makes the command fail); sampled runs are draws, not compared. Reported per category
+//! sides. Outputs must be identical (a mismatch is reported with its prompt and makes the
+//! command fail): greedy ones, and sampled ones under lossless acceptance, where plain and
+//! speculative runs with the same seed draw the same token at every position; typical
+//! acceptance is lossy, its outputs are not compared. Reported per category
 //! and overall: τ (tokens per base pass of the speculative runs), tokens/s of each,
 //! speedup (median, min, max over prompts, and how many prompts ran below 1.00x) and
 //! per-head acceptance.
@@ -23,7 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::json;
 use toki_decode::{
-    Engine, EngineOptions, HeadProposer, Output, Prompt, Request, Sampling, TreePolicy,
+    Acceptance, Engine, EngineOptions, HeadProposer, Output, Prompt, Request, Sampling, TreePolicy,
 };
 use toki_model::tokenizer::Message;
 
@@ -316,6 +318,8 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         TreePolicy::Adaptive
     };
+    // Outputs that must be equal: greedy, or sampled with lossless acceptance.
+    let compared = matches!(sampling, Sampling::Greedy) || acceptance == Acceptance::Lossless;
     let request = |p: &BenchPrompt, policy| Request {
         sampling,
         acceptance,
@@ -353,7 +357,7 @@ pub fn run(a: Args) -> Result<()> {
             let (Some(plain), Some(spec)) = (plain, spec) else {
                 bail!("internal: a repetition ran without its plain or speculative run");
             };
-            if matches!(sampling, Sampling::Greedy) {
+            if compared {
                 identical &= plain.output_ids == spec.output_ids;
                 steady &= control
                     .as_ref()
@@ -400,7 +404,7 @@ pub fn run(a: Args) -> Result<()> {
             head_acceptance: heads_acc.iter().map(|x| x / r).collect(),
             lookup_share: lookup / r,
             tokens,
-            identical: matches!(sampling, Sampling::Greedy).then_some(identical && steady),
+            identical: compared.then_some(identical && steady),
             output_ids,
         });
         bar.inc(1);

@@ -201,7 +201,7 @@ pub fn write(
             match r.identical {
                 Some(true) => "yes",
                 Some(false) => "NO",
-                None => "n/a (sampled)",
+                None => "n/a (typical acceptance)",
             }
         );
     }

@@ -39,8 +39,11 @@ pub struct SamplingArgs {
     /// 0 = no top-k filter.
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches p (1 = no top-p filter).
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
+    /// Seeds the draw at every position: the same seed gives the same tokens, with or
+    /// without heads (under lossless acceptance).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 }
