@@ -232,12 +232,14 @@ fn speculative_sampling_matches_plain_sampling() {
             // At the 0.999 quantile one correct case in a thousand fails by chance (six
             // cases: one run in about 170). A second, independent batch of seeds decides:
             // a biased sampler fails both, a chance failure passes with probability 0.999.
-            // (The one case that needs it here, "dynamic tree untrained heads T=1", was
-            // checked further on 2026-12-04: its five batches of seeds 0..100,000 gave
-            // chi2 127.1, 81.0, 73.5, 82.6, 85.5 (df 78, critical 122.4); pooled, 138.6
-            // for df 128; the total-variation distance, 0.017-0.025 per batch, fell to
-            // 0.0078 pooled, as sampling noise does and a bias would not: no bias that
-            // 100,000 samples can see.)
+            // (The one case that needed it on 2026-12-04, with the draws of that time,
+            // "dynamic tree untrained heads T=1", was checked further then: its five
+            // batches of seeds 0..100,000 gave chi2 127.1, 81.0, 73.5, 82.6, 85.5 (df 78,
+            // critical 122.4); pooled, 138.6 for df 128; the total-variation distance,
+            // 0.017-0.025 per batch, fell to 0.0078 pooled, as sampling noise does and a
+            // bias would not: no bias that 100,000 samples can see. Since speculative
+            // sampling emits plain sampling's tokens, a speculative case's counts are the
+            // plain case's with the same settings.)
             let (obs, _) = counts(&e, &p, None, SAMPLES);
             let (again, _, _, tv) = chi_square(&obs, &exact);
             eprintln!("{name}: second batch of seeds: chi2 {again:.1}, TV {tv:.4}");

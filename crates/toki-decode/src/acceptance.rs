@@ -76,6 +76,13 @@ pub enum Choice {
 pub trait AcceptRule {
     /// `p`: the base distribution at the node; `children`: the child tokens, in rank order.
     fn choose(&self, p: &Dist, children: &[u32], rng: &mut Rng) -> Choice;
+
+    /// Whether the rule is "draw the token after the node as plain sampling draws it, and
+    /// follow the child holding it" ([`Lossless`]): decoding may then draw with the sampler
+    /// plain decoding uses, without building `p` ([`crate::verifier::verify_drawn`]).
+    fn follows_the_draw(&self) -> bool {
+        false
+    }
 }
 
 /// Probability of `x` under `p` (0 when absent).
@@ -110,6 +117,10 @@ pub fn accept_probability(p: &Dist, q: &Dist, x: usize) -> f64 {
 pub struct Lossless;
 
 impl AcceptRule for Lossless {
+    fn follows_the_draw(&self) -> bool {
+        true
+    }
+
     fn choose(&self, p: &Dist, children: &[u32], rng: &mut Rng) -> Choice {
         let y = draw(p, rng);
         match children.iter().position(|&x| x as usize == y) {

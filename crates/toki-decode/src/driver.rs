@@ -15,11 +15,13 @@ use crate::error::{DecodeError, Result};
 use crate::lookup::{Continuation, graft};
 use crate::proposer::{StepInput, node_tokens, propose};
 use crate::request::{FinishReason, Output, Request, Stats};
-use crate::sampling::{Rng, Sampling, draw, filtered_probs};
+use crate::sampling::{Rng, Sampling, filtered_probs};
 use crate::tree::{Tree, TreeBuffers};
-use crate::verifier::{Verdict, verify_greedy, verify_sampled};
+use crate::verifier::{Verdict, verify_drawn, verify_greedy, verify_sampled};
 
+mod draws;
 mod learnt;
+use draws::Draws;
 use learnt::{Learnt, Ran, StepRecord};
 
 /// The base's greedy token for every row of `hidden` [R, D], read back in one transfer. On
@@ -37,7 +39,7 @@ pub fn greedy_tokens(model: &LlamaModel, hidden: Tensor<2>) -> Result<Vec<u32>> 
 }
 
 /// Next-token choice for every row of `hidden` [R, D]; sampled, row r's token is the one at
-/// sequence position `position + r` ([`Rng::for_position`]).
+/// sequence position `position + r` ([`draws`]).
 pub(crate) fn pick(
     model: &LlamaModel,
     hidden: Tensor<2>,
@@ -47,15 +49,9 @@ pub(crate) fn pick(
     match sampling {
         Sampling::Greedy => greedy_tokens(model, hidden),
         Sampling::Sample(p) => {
-            let logits = model.logits(hidden); // [R, vocab]
-            let [rows, vocab] = logits.dims();
-            let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
-            Ok((0..rows)
-                .map(|r| {
-                    let probs = filtered_probs(&flat[r * vocab..(r + 1) * vocab], p);
-                    draw(&probs, &mut Rng::for_position(p.seed, position + r)) as u32
-                })
-                .collect())
+            let rows = hidden.dims()[0];
+            let draws = Draws::new(model, hidden, *p)?;
+            (0..rows).map(|r| draws.token(r, position + r)).collect()
         }
     }
 }
@@ -180,10 +176,11 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// Verify one step: greedy (accept what the base's arg-max agrees with) or sampled (`rule`
-/// walks the tree on the base's filtered distributions), from the tree's hidden states
-/// [N, D]. The root sits at sequence position `root_position`; the token after node i at
-/// `root_position + depth + 1`, drawn from that position's generator.
+/// Verify one step: greedy (accept what the base's arg-max agrees with) or sampled, from
+/// the tree's hidden states [N, D]. The root sits at sequence position `root_position`; the
+/// token after node i at `root_position + depth + 1`. A rule that follows the draw
+/// (lossless) walks the tree on the tokens plain sampling would draw there; another
+/// (typical) walks it on the base's filtered distributions.
 fn verify(
     model: &LlamaModel,
     hidden: Tensor<2>,
@@ -193,18 +190,23 @@ fn verify(
     rule: &dyn AcceptRule,
     root_position: usize,
 ) -> Result<Verdict> {
+    let position = |i: usize| root_position + buffers.depths[i] + 1;
     match sampling {
         Sampling::Greedy => Ok(verify_greedy(
             buffers,
             tokens,
             &greedy_tokens(model, hidden)?,
         )),
+        Sampling::Sample(p) if rule.follows_the_draw() => {
+            let draws = Draws::new(model, hidden, *p)?;
+            verify_drawn(buffers, tokens, |i| draws.token(i, position(i)))
+        }
         Sampling::Sample(p) => {
             let logits = model.logits(hidden); // [N, vocab]
             let [_, vocab] = logits.dims();
             let flat: Vec<f32> = logits.try_into_vec_as().map_err(DecodeError::device)?;
             let dist = |i: usize| filtered_probs(&flat[i * vocab..(i + 1) * vocab], p);
-            let draws = |i: usize| Rng::for_position(p.seed, root_position + buffers.depths[i] + 1);
+            let draws = |i: usize| Rng::for_position(p.seed, position(i));
             Ok(verify_sampled(buffers, tokens, dist, rule, draws))
         }
     }

@@ -21,6 +21,7 @@ pub mod driver;
 pub mod dynamic;
 pub mod engine;
 pub mod error;
+pub mod gumbel;
 pub mod lookup;
 pub mod proposer;
 pub mod request;

@@ -35,6 +35,35 @@ pub fn verify_greedy(buffers: &TreeBuffers, tokens: &[u32], base: &[u32]) -> Ver
     }
 }
 
+/// Verification on drawn tokens: `drawn(i)` is the token after node i, drawn from the
+/// base's distribution there as plain sampling draws it (computed only for the nodes the
+/// walk reaches). From the root, the child holding the drawn token continues the path (the
+/// first, should two hold it); the walk ends at a node none of whose children does, and
+/// its drawn token is the bonus. This is the lossless rule ([`crate::acceptance`]).
+pub fn verify_drawn(
+    buffers: &TreeBuffers,
+    tokens: &[u32],
+    mut drawn: impl FnMut(usize) -> crate::Result<u32>,
+) -> crate::Result<Verdict> {
+    let mut node = 0;
+    let mut accepted = vec![0];
+    loop {
+        let token = drawn(node)?;
+        match buffers.children[node].iter().find(|&&c| tokens[c] == token) {
+            Some(&child) => {
+                node = child;
+                accepted.push(node);
+            }
+            None => {
+                return Ok(Verdict {
+                    accepted,
+                    bonus: token,
+                });
+            }
+        }
+    }
+}
+
 /// Sampled verification. From the root, `rule` decides at each node which child (if any)
 /// continues the path, given `dist(i)`, the base's distribution for the token after node i
 /// (computed only for the nodes the walk reaches), and `draws(i)`, the generator of that
@@ -101,6 +130,34 @@ mod tests {
                 bonus: 40
             }
         );
+    }
+
+    #[test]
+    fn drawn_tokens_walk_the_tree_drawing_only_where_it_goes() {
+        let (b, tokens) = (buffers(), [10, 21, 20, 31]);
+        // Root draws 21 (node 1), node 1 draws 31 (node 3), node 3 draws 40: the bonus.
+        let v = verify_drawn(&b, &tokens, |i| Ok([21, 31, 0, 40][i])).unwrap();
+        let want = Verdict {
+            accepted: vec![0, 1, 3],
+            bonus: 40,
+        };
+        assert_eq!(v, want);
+        // The same draws as the base's greedy choices: the same verdict.
+        assert_eq!(verify_greedy(&b, &tokens, &[21, 31, 0, 40]), want);
+        let mut asked = vec![];
+        let v = verify_drawn(&b, &tokens, |i| {
+            asked.push(i);
+            Ok([20, 99, 5, 99][i])
+        });
+        let want = Verdict {
+            accepted: vec![0, 2],
+            bonus: 5,
+        };
+        assert_eq!((v.unwrap(), asked), (want, vec![0, 2]));
+        let failed = verify_drawn(&b, &tokens, |_| {
+            Err(crate::DecodeError::Request("no logits".into()))
+        });
+        assert!(failed.is_err());
     }
 
     #[test]

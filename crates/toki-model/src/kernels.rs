@@ -256,6 +256,35 @@ impl HostWeight {
         self.argmax_full(x, m)
     }
 
+    /// For each row of `x` [m, in], what a sampler needs of its row of `x Wᵀ` [out]:
+    /// bounds on every value where the two stages' first applies (a wide Q8 block matrix on
+    /// a CPU with AVX-512 VNNI, the row finite and not all zeros; `blocks/argmax.rs`), with
+    /// [`HostWeight::value`] for the values it needs exactly; else the values themselves.
+    pub fn value_bounds(&self, x: &[f32], m: usize) -> Vec<RowValues> {
+        let inn = self.inn;
+        assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
+        let exact = |j: usize| RowValues::Exact(self.matmul(&x[j * inn..][..inn], 1));
+        #[cfg(target_arch = "x86_64")]
+        if let (Stored::Blocks(b), Some(two)) = (&self.w, &self.row_stats) {
+            return (b.bounds(&two.0, self.out, x, m).into_iter().enumerate())
+                .map(|(j, b)| {
+                    b.map_or_else(|| exact(j), |(low, high)| RowValues::Bounds { low, high })
+                })
+                .collect();
+        }
+        (0..m).map(exact).collect()
+    }
+
+    /// Value `r` of `x Wᵀ` for one activation row `x` [in]: [`HostWeight::matmul`]'s, bit
+    /// for bit (the same kernel over one weight row; a row's value does not depend on the
+    /// rows around it).
+    pub fn value(&self, x: &[f32], r: usize) -> f32 {
+        assert_eq!(x.len(), self.inn, "an activation row is not [{}]", self.inn);
+        let mut v = [0.0f32; 1];
+        self.w.rows_times_x(self.inn, r..r + 1, x, 1, &mut v);
+        v[0]
+    }
+
     /// [`HostWeight::matmul_argmax`] over the full product.
     fn argmax_full(&self, x: &[f32], m: usize) -> Vec<u32> {
         let (out, inn) = (self.out, self.inn);
@@ -283,6 +312,15 @@ impl HostWeight {
             .map(|i| first_max(bests.iter().map(|b| (b[i].1 as usize, b[i].0))).1)
             .collect()
     }
+}
+
+/// One row of `x Wᵀ` for a sampler ([`HostWeight::value_bounds`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowValues {
+    /// The values, as [`HostWeight::matmul`] computes them.
+    Exact(Vec<f32>),
+    /// `low[r] <= value r <= high[r]`; [`HostWeight::value`] gives a value exactly.
+    Bounds { low: Vec<f32>, high: Vec<f32> },
 }
 
 /// Of (index, value) pairs, the first holding the largest value, or the first NaN if any,

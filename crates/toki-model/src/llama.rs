@@ -10,7 +10,7 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use crate::cache::{KvCache, host_vec};
 use crate::config::LlamaConfig;
-use crate::kernels::HostWeight;
+use crate::kernels::{HostWeight, RowValues};
 use crate::rope::{RopeAt, RopeTables};
 
 mod host;
@@ -307,6 +307,44 @@ impl LlamaModel {
         match &self.lm_head_host {
             Some(w) if host_path(hidden) => Some(w.matmul_argmax(&host_vec(hidden.clone()), t)),
             _ => None,
+        }
+    }
+
+    /// What a sampler needs of the logits of each row of `hidden` [T, hidden] on the host
+    /// kernel: bounds on every logit where they can be had without the full product, with
+    /// [`HostLogits::exact`] for the logits it needs exactly, or else the logits
+    /// ([`HostWeight::value_bounds`]). `None` where the rows do not take the host path.
+    pub fn host_logit_bounds(&self, hidden: &Tensor<2>) -> Option<HostLogits<'_>> {
+        let [t, _] = hidden.dims();
+        match &self.lm_head_host {
+            Some(w) if host_path(hidden) => {
+                let x = host_vec(hidden.clone());
+                let rows = w.value_bounds(&x, t);
+                Some(HostLogits { weight: w, x, rows })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The logits of some hidden rows, bounded or exact ([`LlamaModel::host_logit_bounds`]).
+pub struct HostLogits<'a> {
+    weight: &'a HostWeight,
+    /// The hidden rows [T, hidden].
+    x: Vec<f32>,
+    /// Per row: bounds, or the logits.
+    pub rows: Vec<RowValues>,
+}
+
+impl HostLogits<'_> {
+    /// Logit `token` of row `row`, as [`LlamaModel::logits`] computes it, bit for bit.
+    pub fn exact(&self, row: usize, token: usize) -> f32 {
+        match &self.rows[row] {
+            RowValues::Exact(v) => v[token],
+            RowValues::Bounds { .. } => {
+                let inn = self.weight.in_features();
+                self.weight.value(&self.x[row * inn..][..inn], token)
+            }
         }
     }
 }

@@ -265,6 +265,64 @@ impl Blocks {
         picks
     }
 
+    /// Stage 1 alone, for a sampler that needs more than the arg-max: for each activation
+    /// row of `x` [m, inn], bounds `(low, high)` [out] on every value of its row of
+    /// `x Wᵀ` (`low[r] ≤ value ≤ high[r]`, the value as the full product computes it), or
+    /// `None` where they do not apply (the row not finite or all zeros). The CPU must pass
+    /// [`available`].
+    pub(in crate::kernels) fn bounds(
+        &self,
+        stats: &RowStats,
+        out: usize,
+        x: &[f32],
+        m: usize,
+    ) -> Vec<Option<(Vec<f32>, Vec<f32>)>> {
+        let inn = x.len() / m.max(1);
+        let Self::Q8(b) = self else {
+            return vec![None; m];
+        };
+        let quantized: Vec<Option<Quantized>> = x.chunks(inn).map(quantize).collect();
+        let live: Vec<(usize, &Quantized)> = quantized
+            .iter()
+            .enumerate()
+            .filter_map(|(j, q)| Some((j, q.as_ref()?)))
+            .collect();
+        let mut bounds = vec![None; m];
+        for group in live.chunks(GROUP) {
+            let g = group.len();
+            let xq: Vec<&[u8]> = group.iter().map(|(_, q)| q.q.as_slice()).collect();
+            let scale: Vec<f32> = group.iter().map(|(_, q)| q.scale).collect();
+            let slack: Vec<f32> = group
+                .iter()
+                .map(|(_, q)| 1.01 * (0.51 * q.scale + 1e-4 * q.max))
+                .collect();
+            // Stage 1 as in `argmax_two_stage`: each estimate and its bound [out, g].
+            let block = 256;
+            let mut est = vec![0.0f32; out * g];
+            let bound: Vec<Vec<f32>> = pool::map_chunks(&mut est, block * g, |c, chunk| {
+                let rows = c * block..c * block + chunk.len() / g;
+                // SAFETY: the caller checked `available`.
+                unsafe { estimate_group(b, inn / 32, rows.clone(), &xq, chunk) };
+                let mut bound = Vec::with_capacity(chunk.len());
+                for (r, e) in rows.zip(chunk.chunks_exact_mut(g)) {
+                    for (i, e) in e.iter_mut().enumerate() {
+                        *e = scale[i] * (*e - stats.offset[r]);
+                        bound.push(stats.l1[r] * slack[i]);
+                    }
+                }
+                bound
+            });
+            let bound: Vec<f32> = bound.concat();
+            for (i, &(j, _)) in group.iter().enumerate() {
+                let (low, high) = (est.iter().zip(&bound).skip(i).step_by(g))
+                    .map(|(&e, &b)| (e - b, e + b))
+                    .unzip();
+                bounds[j] = Some((low, high));
+            }
+        }
+        bounds
+    }
+
     /// Stage 2 for one activation row `x`: the first of the largest exact values among
     /// `candidates` (ascending), or `None` where they are more than an eighth of the `out`
     /// rows, or a value is not finite.
@@ -296,7 +354,7 @@ impl Blocks {
 
 #[cfg(test)]
 mod tests {
-    use crate::kernels::{HostWeight, Stored};
+    use crate::kernels::{HostWeight, RowValues, Stored};
     use crate::testing::lcg;
 
     /// [out, inn] Q8-style weights `d·q`, q in -127..=127, d a power of two per block.
@@ -400,6 +458,37 @@ mod tests {
         let picks = b.argmax_two_stage(stats, out, &nan, 3);
         assert!(picks[0].is_some() && picks[1].is_none() && picks[2].is_some());
         assert_eq!(blocks.matmul_argmax(&nan, 3), plain.matmul_argmax(&nan, 3));
+    }
+
+    /// Stage 1's bounds hold every value of the full product, and `value` gives the full
+    /// product's bits; a row the bounds do not apply to (all zeros) gets its values.
+    #[test]
+    fn bounds_hold_the_full_products_values() {
+        if !super::available() {
+            return;
+        }
+        let (out, inn) = (4096 + 7, 17 * 32);
+        let blocks = HostWeight::compact(q8_weights(out, inn, 5), out, inn);
+        for m in [1, 3, 9] {
+            let x = lcg(m * inn, 70 + m as u64);
+            let full = blocks.matmul(&x, m);
+            for (j, row) in blocks.value_bounds(&x, m).iter().enumerate() {
+                let (xj, y) = (&x[j * inn..][..inn], &full[j * out..][..out]);
+                let RowValues::Bounds { low, high } = row else {
+                    panic!("m={m}: no bounds for row {j}");
+                };
+                for r in 0..out {
+                    assert!(low[r] <= y[r] && y[r] <= high[r], "m={m} row {j} value {r}");
+                    assert!((high[r] - low[r]).is_finite(), "m={m} row {j} value {r}");
+                }
+                for r in [0, 1, 2000, out - 1] {
+                    assert_eq!(blocks.value(xj, r).to_bits(), y[r].to_bits(), "value {r}");
+                }
+            }
+        }
+        let zeros = vec![0.0; inn];
+        let rows = blocks.value_bounds(&zeros, 1);
+        assert_eq!(rows, vec![RowValues::Exact(blocks.matmul(&zeros, 1))]);
     }
 
     /// Rows of an odd number of blocks (stage 1's last block alone), groups of 1-8
