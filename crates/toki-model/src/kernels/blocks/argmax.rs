@@ -105,6 +105,35 @@ fn quantize(x: &[f32]) -> Option<Quantized> {
     Some(Quantized { q, scale, max })
 }
 
+/// Activation rows that stage 1 takes (finite, not all zeros), in groups of up to
+/// [`GROUP`] estimated together in one pass over the weights.
+struct Group<'a> {
+    /// Each row's index among the activation rows.
+    rows: Vec<usize>,
+    xq: Vec<&'a [u8]>,
+    /// Per row: its value scale and the bound per unit of ‖w_r‖₁ (module doc).
+    scale: Vec<f32>,
+    slack: Vec<f32>,
+}
+
+fn groups(quantized: &[Option<Quantized>]) -> Vec<Group<'_>> {
+    let live: Vec<(usize, &Quantized)> = quantized
+        .iter()
+        .enumerate()
+        .filter_map(|(j, q)| Some((j, q.as_ref()?)))
+        .collect();
+    live.chunks(GROUP)
+        .map(|group| Group {
+            rows: group.iter().map(|&(j, _)| j).collect(),
+            xq: group.iter().map(|(_, q)| q.q.as_slice()).collect(),
+            scale: group.iter().map(|(_, q)| q.scale).collect(),
+            slack: (group.iter())
+                .map(|(_, q)| 1.01 * (0.51 * q.scale + 1e-4 * q.max))
+                .collect(),
+        })
+        .collect()
+}
+
 /// For each weight row r of `rows` and activation row j < M:
 /// `Σ_b d_b · Σ_k q_k · (xq_jk + 128)` into `out[(r - rows.start)·M + j]` (the offset is
 /// taken off by the caller). Two blocks (64 weights) per VNNI instruction: lanes 0-7 hold
@@ -212,21 +241,9 @@ impl Blocks {
             return vec![None; m];
         };
         let quantized: Vec<Option<Quantized>> = x.chunks(inn).map(quantize).collect();
-        let live: Vec<(usize, &Quantized)> = quantized
-            .iter()
-            .enumerate()
-            .filter_map(|(j, q)| Some((j, q.as_ref()?)))
-            .collect();
         let mut picks = vec![None; m];
-        for group in live.chunks(GROUP) {
-            let g = group.len();
-            let xq: Vec<&[u8]> = group.iter().map(|(_, q)| q.q.as_slice()).collect();
-            // Per activation row: its value scale and the bound per unit of ‖w_r‖₁.
-            let scale: Vec<f32> = group.iter().map(|(_, q)| q.scale).collect();
-            let slack: Vec<f32> = group
-                .iter()
-                .map(|(_, q)| 1.01 * (0.51 * q.scale + 1e-4 * q.max))
-                .collect();
+        for group in groups(&quantized) {
+            let (g, xq, scale, slack) = (group.rows.len(), &group.xq, &group.scale, &group.slack);
             // Stage 1, in parallel blocks of weight rows: each estimate's upper bound
             // `A_r + B_r` [out, g], and the largest lower bound `A_r − B_r` per row of x.
             let block = 256;
@@ -235,7 +252,7 @@ impl Blocks {
             let lows = pool::map_chunks(&mut high, block * g, |c, chunk| {
                 let rows = c * block..c * block + chunk.len() / g;
                 // SAFETY: the caller checked `available`.
-                unsafe { estimate_group(b, inn / 32, rows.clone(), &xq, chunk) };
+                unsafe { estimate_group(b, inn / 32, rows.clone(), xq, chunk) };
                 let mut low = vec![f32::NEG_INFINITY; g];
                 for (r, est) in rows.zip(chunk.chunks_exact_mut(g)) {
                     for (i, e) in est.iter_mut().enumerate() {
@@ -251,7 +268,7 @@ impl Blocks {
                 a.iter().zip(b).map(|(x, y)| x.max(*y)).collect()
             });
             // Stage 2: the exact values of the rows that can reach the lower bound.
-            for (i, &(j, _)) in group.iter().enumerate() {
+            for (i, &j) in group.rows.iter().enumerate() {
                 let candidates = high
                     .iter()
                     .skip(i)
@@ -282,27 +299,16 @@ impl Blocks {
             return vec![None; m];
         };
         let quantized: Vec<Option<Quantized>> = x.chunks(inn).map(quantize).collect();
-        let live: Vec<(usize, &Quantized)> = quantized
-            .iter()
-            .enumerate()
-            .filter_map(|(j, q)| Some((j, q.as_ref()?)))
-            .collect();
         let mut bounds = vec![None; m];
-        for group in live.chunks(GROUP) {
-            let g = group.len();
-            let xq: Vec<&[u8]> = group.iter().map(|(_, q)| q.q.as_slice()).collect();
-            let scale: Vec<f32> = group.iter().map(|(_, q)| q.scale).collect();
-            let slack: Vec<f32> = group
-                .iter()
-                .map(|(_, q)| 1.01 * (0.51 * q.scale + 1e-4 * q.max))
-                .collect();
+        for group in groups(&quantized) {
+            let (g, xq, scale, slack) = (group.rows.len(), &group.xq, &group.scale, &group.slack);
             // Stage 1 as in `argmax_two_stage`: each estimate and its bound [out, g].
             let block = 256;
             let mut est = vec![0.0f32; out * g];
             let bound: Vec<Vec<f32>> = pool::map_chunks(&mut est, block * g, |c, chunk| {
                 let rows = c * block..c * block + chunk.len() / g;
                 // SAFETY: the caller checked `available`.
-                unsafe { estimate_group(b, inn / 32, rows.clone(), &xq, chunk) };
+                unsafe { estimate_group(b, inn / 32, rows.clone(), xq, chunk) };
                 let mut bound = Vec::with_capacity(chunk.len());
                 for (r, e) in rows.zip(chunk.chunks_exact_mut(g)) {
                     for (i, e) in e.iter_mut().enumerate() {
@@ -313,7 +319,7 @@ impl Blocks {
                 bound
             });
             let bound: Vec<f32> = bound.concat();
-            for (i, &(j, _)) in group.iter().enumerate() {
+            for (i, &j) in group.rows.iter().enumerate() {
                 let (low, high) = (est.iter().zip(&bound).skip(i).step_by(g))
                     .map(|(&e, &b)| (e - b, e + b))
                     .unzip();
