@@ -72,6 +72,16 @@ pub enum Choice {
     Next(usize),
 }
 
+impl Choice {
+    /// The child holding `token` (the first, should two hold it), else `token` next.
+    pub fn following(token: usize, children: &[u32]) -> Self {
+        match children.iter().position(|&x| x as usize == token) {
+            Some(i) => Choice::Accept(i),
+            None => Choice::Next(token),
+        }
+    }
+}
+
 /// What decides, at one tree node, which child (if any) continues the path.
 pub trait AcceptRule {
     /// `p`: the base distribution at the node; `children`: the child tokens, in rank order.
@@ -122,11 +132,7 @@ impl AcceptRule for Lossless {
     }
 
     fn choose(&self, p: &Dist, children: &[u32], rng: &mut Rng) -> Choice {
-        let y = draw(p, rng);
-        match children.iter().position(|&x| x as usize == y) {
-            Some(i) => Choice::Accept(i),
-            None => Choice::Next(y),
-        }
+        Choice::following(draw(p, rng), children)
     }
 }
 
@@ -305,11 +311,7 @@ mod tests {
     /// [`Lossless::choose`] with its one uniform number given (what its generator yields;
     /// `lossless_draws_then_follows_the_child` checks the rule against this).
     fn lossless_at(p: &Dist, children: &[u32], u: f64) -> Choice {
-        let y = crate::sampling::draw_at(p, u);
-        match children.iter().position(|&x| x as usize == y) {
-            Some(i) => Choice::Accept(i),
-            None => Choice::Next(y),
-        }
+        Choice::following(crate::sampling::draw_at(p, u), children)
     }
 
     #[test]

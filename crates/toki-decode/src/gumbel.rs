@@ -27,7 +27,7 @@
 
 use std::cmp::Ordering;
 
-use crate::sampling::Rng;
+use crate::sampling::{Rng, mix64};
 
 /// Noise above this is rare enough (a share e^−10 ≈ 4.5e-5 of tokens) to be computed only
 /// where it occurs.
@@ -49,10 +49,7 @@ impl Noise {
 
     /// Token `r`'s uniform number, in (0, 1).
     fn uniform(self, r: usize) -> f64 {
-        let mut z = self.key ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
+        let z = mix64(self.key ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     }
 

@@ -302,26 +302,25 @@ impl Blocks {
         let mut bounds = vec![None; m];
         for group in groups(&quantized) {
             let (g, xq, scale, slack) = (group.rows.len(), &group.xq, &group.scale, &group.slack);
-            // Stage 1 as in `argmax_two_stage`: each estimate and its bound [out, g].
+            // Stage 1 as in `argmax_two_stage`: each estimate [out, g], then its bound.
             let block = 256;
             let mut est = vec![0.0f32; out * g];
-            let bound: Vec<Vec<f32>> = pool::map_chunks(&mut est, block * g, |c, chunk| {
+            pool::for_each_chunk(&mut est, block * g, |c, chunk| {
                 let rows = c * block..c * block + chunk.len() / g;
                 // SAFETY: the caller checked `available`.
                 unsafe { estimate_group(b, inn / 32, rows.clone(), xq, chunk) };
-                let mut bound = Vec::with_capacity(chunk.len());
                 for (r, e) in rows.zip(chunk.chunks_exact_mut(g)) {
                     for (i, e) in e.iter_mut().enumerate() {
                         *e = scale[i] * (*e - stats.offset[r]);
-                        bound.push(stats.l1[r] * slack[i]);
                     }
                 }
-                bound
             });
-            let bound: Vec<f32> = bound.concat();
             for (i, &j) in group.rows.iter().enumerate() {
-                let (low, high) = (est.iter().zip(&bound).skip(i).step_by(g))
-                    .map(|(&e, &b)| (e - b, e + b))
+                let (low, high) = (est.iter().skip(i).step_by(g).enumerate())
+                    .map(|(r, &e)| {
+                        let bound = stats.l1[r] * slack[i];
+                        (e - bound, e + bound)
+                    })
                     .unzip();
                 bounds[j] = Some((low, high));
             }
