@@ -8,12 +8,16 @@ use std::path::PathBuf;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde_json::Value;
+use toki_decode::bounds::HostRow;
+use toki_decode::sampling::{BOUNDED_TOP_K_MAX, filtered_probs, top_k_probs};
 use toki_decode::{
-    DynamicTree, Engine, EngineOptions, HeadProposer, Lookup, Prompt, Request, Tree, TreePolicy,
-    TreePreset,
+    Acceptance, DynamicTree, Engine, EngineOptions, HeadProposer, Lookup, Prompt, Request,
+    SampleParams, Sampling, Tree, TreePolicy, TreePreset,
 };
 use toki_model::tokenizer::Message;
-use toki_model::{AttnMask, DraftVocab, HeadKind, HeadsConfig, MedusaHeads, TokenCounts};
+use toki_model::{
+    AttnMask, DraftVocab, HeadKind, HeadsConfig, MedusaHeads, Rounding, RowValues, TokenCounts,
+};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -146,6 +150,116 @@ fn prompt_ids_logits_and_greedy_match_transformers() {
             .map(|x| x.as_f64().unwrap())
             .collect();
         check_same_or_near_tie(&out.output_ids, &expected, &margins, name);
+    }
+}
+
+/// Top-k sampling over the host lm_head's 8-bit bounds ([`top_k_probs`], what a sampled
+/// step with top-k takes) keeps the distribution of the full logits, bit for bit, on the
+/// demo model's hidden states: prompt and answer positions of three oracle prompts, under
+/// llama.cpp's, HF's and edge settings. And the bounds are tight enough to pay: few tokens
+/// besides the top 40 can reach the 40th largest lower bound (with the hidden state
+/// rounded once, about 1,900 tokens a row could).
+#[test]
+fn top_k_over_the_lm_heads_bounds_is_the_full_filter_on_the_demo_model() {
+    let o = oracle();
+    let e = engine();
+    let m = e.model();
+    let v = m.config().vocab_size;
+    let rope = toki_model::RopeTables::new(m.config(), 1024, &Device::flex());
+    let settings = [
+        (40, 0.95, 0.8),
+        (50, 1.0, 1.0),
+        (1, 1.0, 0.7),
+        (5, 0.5, 1.5),
+    ];
+    let settings = settings.into_iter().chain([(BOUNDED_TOP_K_MAX, 0.9, 0.6)]);
+    let (mut rows, mut bounded, mut candidates) = (0, 0, 0);
+    for case in cases(&o).iter().take(3) {
+        let mut all = e.encode_prompt(&prompt_of(case)).unwrap();
+        all.extend(ids(&case["generated_ids"]));
+        let n = all.len();
+        let hidden = m.sequence_hidden(&all, &rope).slice([n - 24..n]); // [24, D]
+        let full: Vec<f32> = m.logits(hidden.clone()).try_into_vec_as().unwrap(); // [24, V]
+        let host = (m.host_logit_bounds(&hidden, Rounding::Twice))
+            .expect("the cpu backend's host lm_head");
+        for row in 0..24 {
+            rows += 1;
+            if let RowValues::Bounds { low, high } = &host.rows[row] {
+                bounded += 1;
+                let mut lows = low.clone();
+                let (_, &mut bar, _) = lows.select_nth_unstable_by(39, |a, b| b.total_cmp(a));
+                candidates += high.iter().filter(|&&h| h >= bar).count();
+            }
+            for (top_k, top_p, temperature) in settings.clone() {
+                let p = SampleParams {
+                    temperature,
+                    top_k,
+                    top_p,
+                    seed: 0,
+                };
+                let want = filtered_probs(&full[row * v..][..v], &p);
+                let got = top_k_probs(&HostRow::new(&host, row), &p);
+                assert_eq!(got, Some(want), "row {row}, top-k {top_k}");
+            }
+        }
+    }
+    eprintln!("{bounded} of {rows} rows bounded (the rest exact), {candidates} top-40 candidates");
+    assert!(
+        candidates <= bounded * 60,
+        "{candidates} top-40 candidates in {bounded} rows"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if std::env::var_os("TOKI_NO_TWO_STAGE").is_none()
+        && std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+    {
+        assert_eq!(bounded, rows, "an AVX-512 VNNI CPU bounds every row");
+    }
+}
+
+/// Top-k sampling on the demo model with llama.cpp's settings: plain decoding draws each
+/// token from a one-row pass's bounds, speculative decoding on a 4-row chain from the
+/// bounds of each row its walk reaches, made row by row; the same seed gives the same
+/// tokens (the test above: each row's distribution is the full product's).
+#[test]
+fn top_k_sampling_over_bounds_emits_what_the_full_product_does_on_the_demo_model() {
+    let o = oracle();
+    let plain = engine();
+    let cfg = HeadsConfig::for_model(HeadKind::Shared, 3, 1, plain.model().config());
+    let heads = MedusaHeads::init(cfg, plain.model()).unwrap();
+    let opts = EngineOptions {
+        max_context: 1024,
+        ..Default::default()
+    };
+    let chain = Engine::load(&demo_dir(), &Device::flex(), &opts)
+        .unwrap()
+        .with_heads(
+            heads,
+            Tree::from_paths(&TreePreset::Chain(3).paths(), 3, 1).unwrap(),
+        )
+        .unwrap();
+    for (i, case) in cases(&o).iter().take(3).enumerate() {
+        let req = Request {
+            sampling: Sampling::Sample(SampleParams {
+                temperature: 0.8,
+                top_k: 40,
+                top_p: 0.95,
+                seed: i as u64 + 1,
+            }),
+            acceptance: Acceptance::Lossless,
+            tree_policy: TreePolicy::Always,
+            ..Request::greedy(prompt_of(case), 64)
+        };
+        let a = plain.generate(&req).unwrap();
+        let b = chain.generate(&req).unwrap();
+        assert_eq!(a.output_ids, b.output_ids, "case {i}");
+        eprintln!(
+            "case {i}: {} tokens, tau {:.2}",
+            a.output_ids.len(),
+            b.stats.mean_accepted
+        );
     }
 }
 

@@ -27,6 +27,7 @@
 
 use std::cmp::Ordering;
 
+use crate::bounds::Logits;
 use crate::sampling::{Rng, mix64};
 
 /// Noise above this is rare enough (a share e^−10 ≈ 4.5e-5 of tokens) to be computed only
@@ -56,29 +57,6 @@ impl Noise {
     /// Token `r`'s Gumbel noise `−ln(−ln u_r)`.
     pub fn gumbel(self, r: usize) -> f64 {
         -(-self.uniform(r).ln()).ln()
-    }
-}
-
-/// What the draw reads of one row of logits over `len` tokens.
-pub trait Logits {
-    /// How many tokens (logits) there are.
-    fn tokens(&self) -> usize;
-    /// `(low, high)` bounds on logit `r` (both the logit where it is known).
-    fn bounds(&self, r: usize) -> (f32, f32);
-    /// Logit `r` exactly.
-    fn exact(&self, r: usize) -> f32;
-}
-
-/// Logits known exactly.
-impl Logits for [f32] {
-    fn tokens(&self) -> usize {
-        self.len()
-    }
-    fn bounds(&self, r: usize) -> (f32, f32) {
-        (self[r], self[r])
-    }
-    fn exact(&self, r: usize) -> f32 {
-        self[r]
     }
 }
 

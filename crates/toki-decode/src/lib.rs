@@ -16,6 +16,7 @@
 pub mod acceptance;
 pub mod adapt;
 pub mod batch;
+pub mod bounds;
 pub mod datastore;
 pub mod driver;
 pub mod dynamic;

@@ -1,11 +1,15 @@
 //! The lm_head's greedy pick (`HostWeight::matmul_argmax`) over a demo-sized Q8 block
-//! matrix [49152, 576], for 1-8 activation rows: median time per call. Run it with and
+//! matrix [49152, 576], for 1-16 activation rows: median time per call. Run it with and
 //! without `TOKI_NO_TWO_STAGE=1` to compare the two-stage pick with the full product.
+//! With `--once` or `--twice` it times a sampler's bounds instead
+//! (`HostWeight::value_bounds`, the activations rounded once or twice), with `--full` the
+//! full product (`HostWeight::matmul`).
 //!
 //! `cargo run --release --example lmhead -p toki-model [-- --cold]`: with `--cold`, 256 MB
 //! are streamed before each call, as a decoding step's forward pass streams the model's
 //! weights before the pick (the lm_head then comes from memory, not from cache).
 use std::time::Instant;
+use toki_model::Rounding;
 use toki_model::kernels::HostWeight;
 
 fn main() {
@@ -25,9 +29,14 @@ fn main() {
         .collect();
     let wc = w.clone();
     let w = HostWeight::compact(w, out, inn);
-    let cold = std::env::args().any(|a| a == "--cold");
+    let flag = |f: &str| std::env::args().any(|a| a == f);
+    let cold = flag("--cold");
+    let bounds = [("--once", Rounding::Once), ("--twice", Rounding::Twice)]
+        .into_iter()
+        .find_map(|(f, r)| flag(f).then_some(r));
+    let full = flag("--full");
     let mut flush = vec![1u64; if cold { 32 << 20 } else { 0 }]; // 256 MB
-    let rows = [1usize, 2, 3, 4, 6, 8];
+    let rows = [1usize, 2, 3, 4, 6, 8, 16];
     let mut times = vec![vec![]; rows.len()];
     let mut seed = 1u64;
     for _ in 0..40 {
@@ -49,7 +58,11 @@ fn main() {
                 std::hint::black_box(&flush);
             }
             let start = Instant::now();
-            std::hint::black_box(w.matmul_argmax(&x, m));
+            match (bounds, full) {
+                (Some(r), _) => drop(std::hint::black_box(w.value_bounds(&x, m, r))),
+                (None, true) => drop(std::hint::black_box(w.matmul(&x, m))),
+                (None, false) => drop(std::hint::black_box(w.matmul_argmax(&x, m))),
+            }
             times[r].push(start.elapsed().as_secs_f64() * 1e3);
         }
     }

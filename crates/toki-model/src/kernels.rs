@@ -258,19 +258,21 @@ impl HostWeight {
 
     /// For each row of `x` [m, in], what a sampler needs of its row of `x Wᵀ` [out]:
     /// bounds on every value where the two stages' first applies (a wide Q8 block matrix on
-    /// a CPU with AVX-512 VNNI, the row finite and not all zeros; `blocks/argmax.rs`), with
-    /// [`HostWeight::value`] for the values it needs exactly; else the values themselves.
-    pub fn value_bounds(&self, x: &[f32], m: usize) -> Vec<RowValues> {
+    /// a CPU with AVX-512 VNNI, the row finite and not all zeros; `blocks/argmax.rs`),
+    /// `rounding` as fine as asked, with [`HostWeight::value`] for the values it needs
+    /// exactly; else the values themselves.
+    pub fn value_bounds(&self, x: &[f32], m: usize, rounding: Rounding) -> Vec<RowValues> {
         let inn = self.inn;
         assert_eq!(x.len(), m * inn, "activations are not [{m}, {inn}]");
         let exact = |j: usize| RowValues::Exact(self.matmul(&x[j * inn..][..inn], 1));
         #[cfg(target_arch = "x86_64")]
         if let (Stored::Blocks(b), Some(two)) = (&self.w, &self.row_stats) {
-            return (b.bounds(&two.0, self.out, x, m).into_iter().enumerate())
-                .map(|(j, b)| {
-                    b.map_or_else(|| exact(j), |(low, high)| RowValues::Bounds { low, high })
-                })
-                .collect();
+            return (b
+                .bounds(&two.0, self.out, x, m, rounding)
+                .into_iter()
+                .enumerate())
+            .map(|(j, b)| b.map_or_else(|| exact(j), |(low, high)| RowValues::Bounds { low, high }))
+            .collect();
         }
         (0..m).map(exact).collect()
     }
@@ -312,6 +314,19 @@ impl HostWeight {
             .map(|i| first_max(bests.iter().map(|b| (b[i].1 as usize, b[i].0))).1)
             .collect()
     }
+}
+
+/// How finely [`HostWeight::value_bounds`] rounds the activations for its bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rounding {
+    /// To 8 bits once, as the greedy pick's stage 1: bounds about `‖w_r‖₁·max|x|/127`
+    /// wide (some 9 logits on the demo model), the cheapest pass; they rule out nearly
+    /// every token where one arg-max is wanted (a Gumbel draw).
+    Once,
+    /// Twice (what the first rounding misses, rounded again): bounds some 40x tighter
+    /// (0.1-0.3 logits on the demo model) for twice the first stage's arithmetic; what a
+    /// top-k set needs.
+    Twice,
 }
 
 /// One row of `x Wᵀ` for a sampler ([`HostWeight::value_bounds`]).

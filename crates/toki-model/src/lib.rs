@@ -30,6 +30,6 @@ pub use config::LlamaConfig;
 pub use draft::{DraftVocab, TokenCounts};
 pub use error::{ModelError, Result};
 pub use heads::{HeadInput, HeadKind, HeadPath, HeadsConfig, MedusaHeads, StoreDtype};
-pub use kernels::{HostPrecision, RowValues};
+pub use kernels::{HostPrecision, Rounding, RowValues};
 pub use llama::{AttnMask, HostLogits, LlamaModel, Precision};
 pub use rope::RopeTables;

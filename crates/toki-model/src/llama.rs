@@ -10,7 +10,7 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use crate::cache::{KvCache, host_vec};
 use crate::config::LlamaConfig;
-use crate::kernels::{HostWeight, RowValues};
+use crate::kernels::{HostWeight, Rounding, RowValues};
 use crate::rope::{RopeAt, RopeTables};
 
 mod host;
@@ -314,12 +314,16 @@ impl LlamaModel {
     /// kernel: bounds on every logit where they can be had without the full product, with
     /// [`HostLogits::exact`] for the logits it needs exactly, or else the logits
     /// ([`HostWeight::value_bounds`]). `None` where the rows do not take the host path.
-    pub fn host_logit_bounds(&self, hidden: &Tensor<2>) -> Option<HostLogits<'_>> {
+    pub fn host_logit_bounds(
+        &self,
+        hidden: &Tensor<2>,
+        rounding: Rounding,
+    ) -> Option<HostLogits<'_>> {
         let [t, _] = hidden.dims();
         match &self.lm_head_host {
             Some(w) if host_path(hidden) => {
                 let x = host_vec(hidden.clone());
-                let rows = w.value_bounds(&x, t);
+                let rows = w.value_bounds(&x, t, rounding);
                 Some(HostLogits { weight: w, x, rows })
             }
             _ => None,

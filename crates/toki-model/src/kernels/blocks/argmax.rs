@@ -24,9 +24,13 @@
 //! first of which, with a slower stage 1, served one row only). Where `x` is not finite or
 //! is all zeros, or too many rows are candidates, the caller takes the full product for
 //! that activation row.
+//!
+//! A sampler gets stage 1's bounds alone ([`Blocks::bounds`]), with `x` rounded once as
+//! above or twice (what the first rounding misses rounded again, as one more activation
+//! row of the same pass): some 40x tighter, for a top-k set rather than one arg-max.
 
 use super::{Blocks, Q8};
-use crate::kernels::pool;
+use crate::kernels::{Rounding, pool};
 use rayon::prelude::*;
 use std::arch::x86_64::*;
 
@@ -103,6 +107,38 @@ fn quantize(x: &[f32]) -> Option<Quantized> {
         .map(|&v| ((v / scale).round().clamp(-127.0, 127.0) + 128.0) as u8)
         .collect();
     Some(Quantized { q, scale, max })
+}
+
+/// A row of activations rounded to 8 bits `parts` times ([`Blocks::bounds`]): the first
+/// part as [`quantize`] makes it, each next the rounding of what the parts before it miss
+/// (fewer parts where they miss nothing). `None` where `x` is not finite or all zeros.
+fn rounded(x: &[f32], parts: usize) -> Option<Vec<Quantized>> {
+    let mut out = vec![quantize(x)?];
+    let mut rest = x.to_vec();
+    while out.len() < parts {
+        let q = &out[out.len() - 1];
+        for (v, &c) in rest.iter_mut().zip(&q.q) {
+            *v -= q.scale * (f32::from(c) - 128.0);
+        }
+        let Some(next) = quantize(&rest) else { break };
+        out.push(next);
+    }
+    Some(out)
+}
+
+/// The largest `|x_i − Σ_p s_p·c_pi|` over the parts, computed in f64 (each product of
+/// two f32 is exact there) and rounded up to f32.
+fn error(x: &[f32], parts: &[Quantized]) -> f32 {
+    let e = (0..x.len())
+        .map(|i| {
+            let sum: f64 = (parts.iter())
+                .map(|q| f64::from(q.scale) * (f64::from(q.q[i]) - 128.0))
+                .sum();
+            (f64::from(x[i]) - sum).abs()
+        })
+        .fold(0.0f64, f64::max);
+    // f64 sums of a few terms round by a few 2⁻⁵³ of their size: far below one f32 step.
+    ((e * (1.0 + 1e-9)) as f32).next_up()
 }
 
 /// Activation rows that stage 1 takes (finite, not all zeros), in groups of up to
@@ -287,22 +323,49 @@ impl Blocks {
     /// `x Wᵀ` (`low[r] ≤ value ≤ high[r]`, the value as the full product computes it), or
     /// `None` where they do not apply (the row not finite or all zeros). The CPU must pass
     /// [`available`].
+    ///
+    /// `rounding` says how finely: [`Rounding::Once`] rounds `x` to 8 bits as the
+    /// arg-max's stage 1 does (module doc); [`Rounding::Twice`] also rounds what that
+    /// misses, `x ≈ s₁·c₁ + s₂·c₂`, each part one more activation row of the same pass over
+    /// the weights. Rounding moves a value by at most `ε·‖w_r‖₁`, `ε` the largest
+    /// `|x_i − Σ s_p·c_pi|` (measured: at most `s₁/2 = max|x|/254` rounded once, `s₂/2 ≈
+    /// max|x|/64,516` twice); the f32 sums' term `1e-4·‖w_r‖₁·max|x|` covers a second
+    /// part's sums too (they are under 1/127 of the first's).
     pub(in crate::kernels) fn bounds(
         &self,
         stats: &RowStats,
         out: usize,
         x: &[f32],
         m: usize,
+        rounding: Rounding,
     ) -> Vec<Option<(Vec<f32>, Vec<f32>)>> {
         let inn = x.len() / m.max(1);
         let Self::Q8(b) = self else {
             return vec![None; m];
         };
-        let quantized: Vec<Option<Quantized>> = x.chunks(inn).map(quantize).collect();
-        let mut bounds = vec![None; m];
-        for group in groups(&quantized) {
-            let (g, xq, scale, slack) = (group.rows.len(), &group.xq, &group.scale, &group.slack);
-            // Stage 1 as in `argmax_two_stage`: each estimate [out, g], then its bound.
+        let times = match rounding {
+            Rounding::Once => 1,
+            Rounding::Twice => 2,
+        };
+        let rows: Vec<Option<Vec<Quantized>>> = x.chunks(inn).map(|x| rounded(x, times)).collect();
+        let slack: Vec<f32> = (rows.iter().zip(x.chunks(inn)))
+            .map(|(parts, x)| {
+                parts
+                    .as_ref()
+                    .map_or(0.0, |p| 1.01 * (error(x, p) + 1e-4 * p[0].max))
+            })
+            .collect();
+        // The parts as activation rows, and the row of x each belongs to.
+        let owner: Vec<usize> = (rows.iter().enumerate())
+            .flat_map(|(j, p)| std::iter::repeat_n(j, p.as_ref().map_or(0, Vec::len)))
+            .collect();
+        let parts: Vec<Option<Quantized>> =
+            rows.into_iter().flatten().flatten().map(Some).collect();
+        // Per row of x: the sum of its parts' estimates [out].
+        let mut sums: Vec<Option<Vec<f32>>> = vec![None; m];
+        for group in groups(&parts) {
+            let (g, xq, scale) = (group.rows.len(), &group.xq, &group.scale);
+            // Stage 1 as in `argmax_two_stage`: each part's estimate [out, g].
             let block = 256;
             let mut est = vec![0.0f32; out * g];
             pool::for_each_chunk(&mut est, block * g, |c, chunk| {
@@ -315,17 +378,22 @@ impl Blocks {
                     }
                 }
             });
-            for (i, &j) in group.rows.iter().enumerate() {
-                let (low, high) = (est.iter().skip(i).step_by(g).enumerate())
-                    .map(|(r, &e)| {
-                        let bound = stats.l1[r] * slack[i];
-                        (e - bound, e + bound)
-                    })
-                    .unzip();
-                bounds[j] = Some((low, high));
+            for (i, &part) in group.rows.iter().enumerate() {
+                let sum = sums[owner[part]].get_or_insert_with(|| vec![0.0; out]);
+                for (s, &e) in sum.iter_mut().zip(est.iter().skip(i).step_by(g)) {
+                    *s += e;
+                }
             }
         }
-        bounds
+        (sums.into_iter().zip(slack))
+            .map(|(sum, slack)| {
+                let sum = sum?;
+                let bound = |r: usize| stats.l1[r] * slack;
+                let low = sum.iter().enumerate().map(|(r, &e)| e - bound(r)).collect();
+                let high = sum.iter().enumerate().map(|(r, &e)| e + bound(r)).collect();
+                Some((low, high))
+            })
+            .collect()
     }
 
     /// Stage 2 for one activation row `x`: the first of the largest exact values among
@@ -358,165 +426,4 @@ impl Blocks {
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::kernels::{HostWeight, RowValues, Stored};
-    use crate::testing::lcg;
-
-    /// [out, inn] Q8-style weights `d·q`, q in -127..=127, d a power of two per block.
-    fn q8_weights(out: usize, inn: usize, seed: u64) -> Vec<f32> {
-        let noise = lcg(out * inn + out * inn / 32, seed);
-        let (q, d) = noise.split_at(out * inn);
-        q.iter()
-            .enumerate()
-            .map(|(i, &u)| {
-                let scale =
-                    [1.0 / 512.0, 1.0 / 1024.0, 1.0 / 2048.0][((d[i / 32] + 0.5) * 2.99) as usize];
-                ((u * 254.0).round().clamp(-127.0, 127.0)) * scale
-            })
-            .collect()
-    }
-
-    /// The first index of the largest value of each row of `y` [m, out].
-    fn first_max(y: &[f32], out: usize) -> Vec<u32> {
-        y.chunks(out)
-            .map(|r| {
-                let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                r.iter().position(|&v| v == max).unwrap() as u32
-            })
-            .collect()
-    }
-
-    /// The two stages pick the full product's arg-max, ties to the first index included:
-    /// a row repeated (an exact tie), a row one step of q away (a near tie), activations
-    /// that point at those rows, and random ones; 68 activation rows in sets of 1-9 (the
-    /// product of each set checked through `matmul_argmax` too).
-    #[test]
-    fn two_stage_argmax_is_the_full_products() {
-        if !super::available() {
-            return;
-        }
-        let (out, inn) = (4096 + 7, 576);
-        let mut w = q8_weights(out, inn, 3);
-        let row3 = w[3 * inn..4 * inn].to_vec();
-        w[10 * inn..11 * inn].copy_from_slice(&row3); // an exact tie with row 3
-        let mut near = row3.clone();
-        near[100] += 1.0 / 2048.0 * if near[100] > 0.0 { -1.0 } else { 1.0 };
-        w[4000 * inn..4001 * inn].copy_from_slice(&near); // a near tie
-        // Row 5 starts with a block holding q = -128 (d = 1/1024): the offset arithmetic
-        // of stage 1 must take it as the others.
-        for (j, v) in w[5 * inn..5 * inn + 32].iter_mut().enumerate() {
-            *v = if j == 0 {
-                -128.0
-            } else {
-                ((j * 37) % 255) as f32 - 127.0
-            } / 1024.0;
-        }
-        let row5 = w[5 * inn..6 * inn].to_vec();
-        let blocks = HostWeight::compact(w.clone(), out, inn);
-        let (Stored::Blocks(b), Some((stats, _))) = (&blocks.w, blocks.row_stats.as_deref()) else {
-            panic!("the lm_head-sized Q8 weight takes the two stages");
-        };
-        let plain = HostWeight::new(w, out, inn);
-        let (mut taken, mut taken_together) = (0, 0);
-        for m in [1, 2, 5, 9] {
-            for seed in 0..4u64 {
-                let mut x = lcg(m * inn, 100 + seed * 10 + m as u64);
-                // Point every activation row at row 3 (and so at 10 and 4000), or at 5.
-                let target = [Some(&row3), None, Some(&row5), None][seed as usize];
-                if let Some(t) = target {
-                    for xi in x.chunks_mut(inn) {
-                        xi.iter_mut()
-                            .zip(t)
-                            .for_each(|(v, w)| *v = *v * 0.05 + w * 400.0);
-                    }
-                }
-                let want = first_max(&plain.matmul(&x, m), out);
-                match seed {
-                    0 => assert!(want.iter().all(|&r| r == 3 || r == 4000), "{want:?}"),
-                    2 => assert!(want.iter().all(|&r| r == 5), "{want:?}"),
-                    _ => {}
-                }
-                // Each row alone, and all of them together (stage 1 in groups of 8).
-                for (i, xi) in x.chunks(inn).enumerate() {
-                    if let Some(got) = b.argmax_two_stage(stats, out, xi, 1)[0] {
-                        assert_eq!(got, want[i], "m={m} seed={seed} row {i}");
-                        taken += 1;
-                    }
-                }
-                let together = b.argmax_two_stage(stats, out, &x, m);
-                for (i, got) in together.into_iter().enumerate() {
-                    if let Some(got) = got {
-                        assert_eq!(got, want[i], "m={m} seed={seed} row {i} of {m}");
-                        taken_together += 1;
-                    }
-                }
-                assert_eq!(blocks.matmul_argmax(&x, m), want, "m={m} seed={seed}");
-            }
-        }
-        assert!(taken >= 51, "the two stages ran for {taken} of 68 rows");
-        assert_eq!(taken_together, taken, "rows alone and together");
-        // Not finite, or all zeros: the full product, for that row only.
-        let zeros = vec![0.0; inn];
-        assert!(b.argmax_two_stage(stats, out, &zeros, 1)[0].is_none());
-        let mut nan = lcg(3 * inn, 7);
-        nan[inn + 5] = f32::NAN;
-        let picks = b.argmax_two_stage(stats, out, &nan, 3);
-        assert!(picks[0].is_some() && picks[1].is_none() && picks[2].is_some());
-        assert_eq!(blocks.matmul_argmax(&nan, 3), plain.matmul_argmax(&nan, 3));
-    }
-
-    /// Stage 1's bounds hold every value of the full product, and `value` gives the full
-    /// product's bits; a row the bounds do not apply to (all zeros) gets its values.
-    #[test]
-    fn bounds_hold_the_full_products_values() {
-        if !super::available() {
-            return;
-        }
-        let (out, inn) = (4096 + 7, 17 * 32);
-        let blocks = HostWeight::compact(q8_weights(out, inn, 5), out, inn);
-        for m in [1, 3, 9] {
-            let x = lcg(m * inn, 70 + m as u64);
-            let full = blocks.matmul(&x, m);
-            for (j, row) in blocks.value_bounds(&x, m).iter().enumerate() {
-                let (xj, y) = (&x[j * inn..][..inn], &full[j * out..][..out]);
-                let RowValues::Bounds { low, high } = row else {
-                    panic!("m={m}: no bounds for row {j}");
-                };
-                for r in 0..out {
-                    assert!(low[r] <= y[r] && y[r] <= high[r], "m={m} row {j} value {r}");
-                    assert!((high[r] - low[r]).is_finite(), "m={m} row {j} value {r}");
-                }
-                for r in [0, 1, 2000, out - 1] {
-                    assert_eq!(blocks.value(xj, r).to_bits(), y[r].to_bits(), "value {r}");
-                }
-            }
-        }
-        let zeros = vec![0.0; inn];
-        let rows = blocks.value_bounds(&zeros, 1);
-        assert_eq!(rows, vec![RowValues::Exact(blocks.matmul(&zeros, 1))]);
-    }
-
-    /// Rows of an odd number of blocks (stage 1's last block alone), groups of 1-8
-    /// activation rows and more than one group.
-    #[test]
-    fn two_stage_argmax_takes_odd_blocks_and_many_rows() {
-        if !super::available() {
-            return;
-        }
-        let (out, inn) = (4096, 17 * 32);
-        let w = q8_weights(out, inn, 11);
-        let blocks = HostWeight::compact(w.clone(), out, inn);
-        let (Stored::Blocks(b), Some((stats, _))) = (&blocks.w, blocks.row_stats.as_deref()) else {
-            panic!("the two stages apply");
-        };
-        let plain = HostWeight::new(w, out, inn);
-        for m in [1, 3, 8, 11] {
-            let x = lcg(m * inn, 40 + m as u64);
-            let want = first_max(&plain.matmul(&x, m), out);
-            let got = b.argmax_two_stage(stats, out, &x, m);
-            assert!(got.iter().all(Option::is_some), "m={m}: {got:?}");
-            let got: Vec<u32> = got.into_iter().flatten().collect();
-            assert_eq!(got, want, "m={m}");
-        }
-    }
-}
+mod tests;
