@@ -267,12 +267,12 @@ impl HostWeight {
         let exact = |j: usize| RowValues::Exact(self.matmul(&x[j * inn..][..inn], 1));
         #[cfg(target_arch = "x86_64")]
         if let (Stored::Blocks(b), Some(two)) = (&self.w, &self.row_stats) {
-            return (b
-                .bounds(&two.0, self.out, x, m, rounding)
-                .into_iter()
-                .enumerate())
-            .map(|(j, b)| b.map_or_else(|| exact(j), |(low, high)| RowValues::Bounds { low, high }))
-            .collect();
+            let rows = b.bounds(&two.0, self.out, x, m, rounding);
+            return (rows.into_iter().enumerate())
+                .map(|(j, b)| {
+                    b.map_or_else(|| exact(j), |(low, high)| RowValues::Bounds { low, high })
+                })
+                .collect();
         }
         (0..m).map(exact).collect()
     }

@@ -311,9 +311,10 @@ impl LlamaModel {
     }
 
     /// What a sampler needs of the logits of each row of `hidden` [T, hidden] on the host
-    /// kernel: bounds on every logit where they can be had without the full product, with
-    /// [`HostLogits::exact`] for the logits it needs exactly, or else the logits
-    /// ([`HostWeight::value_bounds`]). `None` where the rows do not take the host path.
+    /// kernel: bounds on every logit where they can be had without the full product (as
+    /// tight as `rounding` makes them), with [`HostLogits::exact`] for the logits it needs
+    /// exactly, or else the logits ([`HostWeight::value_bounds`]). `None` where the rows do
+    /// not take the host path.
     pub fn host_logit_bounds(
         &self,
         hidden: &Tensor<2>,
