@@ -224,7 +224,7 @@ fn top_k_over_the_lm_heads_bounds_is_the_full_filter_on_the_demo_model() {
 /// bounds of each row its walk reaches, made row by row; the same seed gives the same
 /// tokens (the test above: each row's distribution is the full product's).
 #[test]
-fn top_k_sampling_over_bounds_emits_what_the_full_product_does_on_the_demo_model() {
+fn top_k_sampling_over_bounds_gives_plain_tokens_on_a_chain_on_the_demo_model() {
     let o = oracle();
     let plain = engine();
     let cfg = HeadsConfig::for_model(HeadKind::Shared, 3, 1, plain.model().config());
