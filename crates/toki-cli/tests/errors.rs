@@ -362,7 +362,7 @@ fn acceptance_mode_must_fit_the_temperature() {
 }
 
 /// `toki train` on bad data: one line naming the file and line; an existing run is not
-/// overwritten without --resume.
+/// overwritten without --resume, and heads without a checkpoint not at all.
 #[test]
 fn train_errors_name_the_file() {
     let dir = tmp("train");
@@ -394,4 +394,19 @@ fn train_errors_name_the_file() {
     let (ok, err) = run(&["--steps", "4", "--heads", "2", "--batch", "4", "--resume"]);
     assert!(ok, "{err}");
     assert!(dir.join("heads/heads.json").exists());
+    // Heads that no run can continue (here: the checkpoint removed, as in a shipped
+    // folder) are left as they were.
+    std::fs::remove_file(dir.join("heads/trainer.safetensors")).unwrap();
+    let before = std::fs::read(dir.join("heads/heads.safetensors")).unwrap();
+    let vocab = std::fs::read(dir.join("heads/draft-vocab.json")).unwrap();
+    let (ok, err) = run(&["--steps", "2", "--heads", "2", "--batch", "4"]);
+    assert_one_line_error(ok, &err, "choose another --out");
+    assert_eq!(
+        std::fs::read(dir.join("heads/heads.safetensors")).unwrap(),
+        before
+    );
+    assert_eq!(
+        std::fs::read(dir.join("heads/draft-vocab.json")).unwrap(),
+        vocab
+    );
 }

@@ -141,6 +141,21 @@ pub fn run(a: Args) -> Result<()> {
     if a.resume && !state.exists() {
         bail!("--resume: no checkpoint ({}) to resume", state.display());
     }
+    // Heads without a checkpoint beside them (shipped ones, or a run whose checkpoint was
+    // removed) are not this command's to replace: training writes its draft vocabulary
+    // first and its heads at every checkpoint.
+    let theirs = ["heads.safetensors", "heads.json", crate::heads::DRAFT_FILE];
+    if let Some(f) = theirs.iter().map(|f| a.out.join(f)).find(|f| f.exists())
+        && !state.exists()
+    {
+        bail!(
+            "{} holds heads that no training run there can continue ({} exists, {} does not): \
+             choose another --out",
+            a.out.display(),
+            f.display(),
+            state.display()
+        );
+    }
     let device = backend::device(a.backend)?;
     let engine = Engine::load(&a.model, &device, &EngineOptions::default())
         .with_context(|| format!("loading {}", a.model.display()))?;
