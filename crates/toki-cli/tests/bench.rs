@@ -101,6 +101,10 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
 
     let (ok, _, err) = on_prompts(&dir, "calibrate", &["--out", "tree.json"]);
     assert!(ok, "{err}");
+    assert!(
+        !dir.join("tree.json.tmp").exists(),
+        "written in place of its temp file"
+    );
     let cal: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("tree.json")).unwrap()).unwrap();
     // Costs up to the first measured size over 4 one-node passes (at most 64 nodes).
@@ -212,6 +216,14 @@ fn bench_reports_every_category_and_calibrate_writes_a_usable_tree() {
     for (command, out) in [("bench", &[][..]), ("calibrate", &["--out", "t0.json"])] {
         let (ok, _, err) = toki(&[&[command][..], &zero, out].concat(), &dir);
         assert!(!ok && err.contains("--max-new-tokens"), "{command}: {err}");
+    }
+    // An --out that cannot be written is refused before calibrating, not after.
+    for (out, needle) in [
+        ("no-such-folder/t.json", "does not exist"),
+        ("heads", "is a folder"),
+    ] {
+        let (ok, _, err) = on_prompts(&dir, "calibrate", &["--out", out]);
+        assert!(!ok && err.contains(needle), "{out}: {err}");
     }
     // The control: a second plain run per pair, its ratio to the first beside the speedup.
     let (ok, out, err) = bench(

@@ -169,8 +169,7 @@ pub fn write(
 ) -> Result<()> {
     prepare(dir)?;
     let svg_path = dir.join("speedup.svg");
-    std::fs::write(&svg_path, svg(categories))
-        .with_context(|| format!("writing {}", svg_path.display()))?;
+    super::write_file(&svg_path, svg(categories))?;
     let mut md = format!(
         "# toki bench\n\n```\n{command}\n```\n\ntree: {tree}\n\n{table}\n![speedup and tau by category](speedup.svg)\n\n"
     );
@@ -206,5 +205,5 @@ pub fn write(
         );
     }
     let md_path = dir.join("report.md");
-    std::fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))
+    super::write_file(&md_path, md)
 }

@@ -20,7 +20,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde::Serialize;
 use toki_decode::dynamic::{ContextCost, greedy_tree};
 use toki_decode::{DynamicTree, Engine, HeadProposer, Prompt, Proposer, Request, Tree, TreePolicy};
@@ -106,6 +106,7 @@ pub fn pick<T>(all: &[T], limit: usize, take: Take) -> Vec<&T> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    super::check_out_file(&a.out, "--out")?;
     let all = super::bench::read_prompts(&a.prompts)?;
     let prompts: Vec<Prompt> = pick(&all, a.limit, a.take)
         .into_iter()
@@ -114,7 +115,7 @@ pub fn run(a: Args) -> Result<()> {
     let (engine, heads, _) = a.target.load()?;
     let c = auto_tree(&engine, &heads, &prompts, a.max_new_tokens)?;
     let text = serde_json::to_string_pretty(&c)?;
-    std::fs::write(&a.out, text).with_context(|| format!("writing {}", a.out.display()))?;
+    super::write_file(&a.out, text)?;
     eprintln!("{}; written to {}", c.summary(), a.out.display());
     Ok(())
 }
