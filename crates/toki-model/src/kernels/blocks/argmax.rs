@@ -147,9 +147,8 @@ struct Group<'a> {
     /// Each row's index among the activation rows.
     rows: Vec<usize>,
     xq: Vec<&'a [u8]>,
-    /// Per row: its value scale and the bound per unit of ‖w_r‖₁ (module doc).
+    /// Per row: its value scale.
     scale: Vec<f32>,
-    slack: Vec<f32>,
 }
 
 fn groups(quantized: &[Option<Quantized>]) -> Vec<Group<'_>> {
@@ -163,9 +162,6 @@ fn groups(quantized: &[Option<Quantized>]) -> Vec<Group<'_>> {
             rows: group.iter().map(|&(j, _)| j).collect(),
             xq: group.iter().map(|(_, q)| q.q.as_slice()).collect(),
             scale: group.iter().map(|(_, q)| q.scale).collect(),
-            slack: (group.iter())
-                .map(|(_, q)| 1.01 * (0.51 * q.scale + 1e-4 * q.max))
-                .collect(),
         })
         .collect()
 }
@@ -279,7 +275,13 @@ impl Blocks {
         let quantized: Vec<Option<Quantized>> = x.chunks(inn).map(quantize).collect();
         let mut picks = vec![None; m];
         for group in groups(&quantized) {
-            let (g, xq, scale, slack) = (group.rows.len(), &group.xq, &group.scale, &group.slack);
+            let (g, xq, scale) = (group.rows.len(), &group.xq, &group.scale);
+            // Per row (each row of a group was rounded): the bound per unit of ‖w_r‖₁
+            // (module doc).
+            let slack: Vec<f32> = (group.rows.iter())
+                .filter_map(|&j| quantized[j].as_ref())
+                .map(|q| 1.01 * (0.51 * q.scale + 1e-4 * q.max))
+                .collect();
             // Stage 1, in parallel blocks of weight rows: each estimate's upper bound
             // `A_r + B_r` [out, g], and the largest lower bound `A_r − B_r` per row of x.
             let block = 256;
@@ -387,10 +389,11 @@ impl Blocks {
         }
         (sums.into_iter().zip(slack))
             .map(|(sum, slack)| {
-                let sum = sum?;
+                // The sum becomes the lower bound in place.
+                let mut low = sum?;
                 let bound = |r: usize| stats.l1[r] * slack;
-                let low = sum.iter().enumerate().map(|(r, &e)| e - bound(r)).collect();
-                let high = sum.iter().enumerate().map(|(r, &e)| e + bound(r)).collect();
+                let high = low.iter().enumerate().map(|(r, &e)| e + bound(r)).collect();
+                low.iter_mut().enumerate().for_each(|(r, e)| *e -= bound(r));
                 Some((low, high))
             })
             .collect()
