@@ -38,11 +38,16 @@ enum Command {
     Datastore(cmd::datastore::Args),
 }
 
+/// Warnings and errors, less wgpu's probe of an OpenGL adapter: on a machine without one
+/// (`--backend auto` looking for a GPU, then settling on another) it logs an EGL error
+/// that is not toki's. `TOKI_LOG` replaces this filter.
+const DEFAULT_LOG: &str = "warn,wgpu_hal::gles=off";
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TOKI_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| DEFAULT_LOG.into()),
         )
         .with_writer(std::io::stderr)
         .init();
