@@ -148,7 +148,13 @@ impl Tree {
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text); // a byte-order mark
         let v: serde_json::Value = serde_json::from_str(text).map_err(err)?;
         let v = match v {
-            serde_json::Value::Object(mut o) => o.remove("paths").unwrap_or_default(),
+            serde_json::Value::Object(mut o) => o.remove("paths").ok_or_else(|| {
+                DecodeError::Tree(format!(
+                    "{}: an object without `paths` (a tree file is a list of paths, or what \
+                     `toki calibrate` writes)",
+                    path.display()
+                ))
+            })?,
             other => other,
         };
         let paths: Vec<Vec<usize>> = serde_json::from_value(v).map_err(err)?;
@@ -315,14 +321,21 @@ mod tests {
     }
 
     #[test]
-    fn a_tree_file_may_start_with_a_byte_order_mark() {
+    fn a_tree_file_may_start_with_a_byte_order_mark_or_be_a_calibration() {
         let dir = std::env::temp_dir().join(format!("toki-tree-bom-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("tree.json");
         std::fs::write(&path, "\u{feff}[[0], [1], [0, 0]]").unwrap();
         let t = Tree::from_file(&path, 2, 2);
+        // An object needs its `paths`; a calibration file's carry them.
+        std::fs::write(&path, r#"{"tree": [[0]]}"#).unwrap();
+        let no_paths = Tree::from_file(&path, 2, 2).unwrap_err().to_string();
+        std::fs::write(&path, r#"{"paths": [[0], [0, 0]], "cost_s": [1.0]}"#).unwrap();
+        let with_paths = Tree::from_file(&path, 2, 2);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(t.unwrap().len(), 4);
+        assert!(no_paths.contains("without `paths`"), "{no_paths}");
+        assert_eq!(with_paths.unwrap().len(), 3);
     }
 
     #[test]
