@@ -129,20 +129,7 @@ impl<'a> Trainer<'a> {
             }
             .into());
         }
-        if config.num_heads == 0 || config.num_layers == 0 || config.batch == 0 || config.accum == 0
-        {
-            return Err(TrainError::Config(
-                "heads, layers, batch and accumulation must all be at least 1".into(),
-            ));
-        }
-        if config.num_heads > MAX_HEADS || config.num_layers > MAX_HEADS {
-            return Err(TrainError::Config(format!(
-                "{} heads x {} blocks: at most {MAX_HEADS} of each (head k guesses the token \
-                 k + 2 ahead; Medusa trains 1-5 heads of 1 block)",
-                config.num_heads, config.num_layers
-            )));
-        }
-        config.check_rates()?;
+        config.check()?;
         let heads = HeadsConfig {
             base_model: c.model_type.clone(),
             draft_vocab: config.draft_vocab.len(),

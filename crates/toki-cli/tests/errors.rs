@@ -386,6 +386,18 @@ fn train_errors_name_the_file() {
     };
     let (ok, err) = run(&["--steps", "2"]);
     assert_one_line_error(ok, &err, "data.jsonl line 2");
+    // Settings that cannot train are refused before anything is written.
+    std::fs::write(&data, "{\"text\": \"t5 t6 t7 t8 t9 t10 t11 t12\"}\n").unwrap();
+    for (bad, needle) in [
+        (&["--heads", "0"][..], "at least 1"),
+        (&["--lr", "NaN"], "learning rate"),
+        (&["--seq-len", "2"], "no training rows"),
+        (&["--init", "no-such-heads"], "--init"),
+    ] {
+        let (ok, err) = run(&[&["--steps", "2"][..], bad].concat());
+        assert_one_line_error(ok, &err, needle);
+        assert!(!dir.join("heads").exists(), "{bad:?} wrote its --out");
+    }
     std::fs::write(&data, "{\"text\": \"t5 t6 t7 t8 t9 t10 t11 t12\"}\n").unwrap();
     let (ok, err) = run(&["--steps", "2", "--heads", "2", "--batch", "4"]);
     assert!(ok, "{err}");

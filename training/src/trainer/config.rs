@@ -56,6 +56,25 @@ pub struct TrainConfig {
 pub const MAX_HEADS: usize = 32;
 
 impl TrainConfig {
+    /// Every setting a run can be refused for before it reads data or computes anything:
+    /// counts, sizes and rates. `Trainer::new` checks it too; a caller that writes files or
+    /// computes hidden states first calls it before that.
+    pub fn check(&self) -> Result<()> {
+        if self.num_heads == 0 || self.num_layers == 0 || self.batch == 0 || self.accum == 0 {
+            return Err(TrainError::Config(
+                "heads, layers, batch and accumulation must all be at least 1".into(),
+            ));
+        }
+        if self.num_heads > MAX_HEADS || self.num_layers > MAX_HEADS {
+            return Err(TrainError::Config(format!(
+                "{} heads x {} blocks: at most {MAX_HEADS} of each (head k guesses the token \
+                 k + 2 ahead; Medusa trains 1-5 heads of 1 block)",
+                self.num_heads, self.num_layers
+            )));
+        }
+        self.check_rates()
+    }
+
     /// The optimizer's and the loss's numbers: a NaN or a negative one would train (to NaN
     /// heads, or away from the data) without a word.
     pub(super) fn check_rates(&self) -> Result<()> {

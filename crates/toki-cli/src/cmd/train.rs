@@ -142,9 +142,10 @@ pub fn run(a: Args) -> Result<()> {
         bail!("--resume: no checkpoint ({}) to resume", state.display());
     }
     // Heads without a checkpoint beside them (shipped ones, or a run whose checkpoint was
-    // removed) are not this command's to replace: training writes its draft vocabulary
-    // first and its heads at every checkpoint.
-    let theirs = ["heads.safetensors", "heads.json", crate::heads::DRAFT_FILE];
+    // removed) are not this command's to replace: a run writes its heads (and their draft
+    // vocabulary) over them. A folder a run left before its first checkpoint (the draft
+    // vocabulary, the hidden-state cache) is reused.
+    let theirs = ["heads.safetensors", "heads.json"];
     if let Some(f) = theirs.iter().map(|f| a.out.join(f)).find(|f| f.exists())
         && !state.exists()
     {
@@ -169,20 +170,15 @@ pub fn run(a: Args) -> Result<()> {
         seqs.len(),
         a.seq_len
     );
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    // The heads' draft vocabulary: the training targets' token counts.
+    // The heads' draft vocabulary: the training targets' token counts (written below).
     let source: Vec<String> = a.data.iter().map(|p| p.display().to_string()).collect();
     let draft = a.out.join(crate::heads::DRAFT_FILE);
     let counts = target_counts(&docs, source.join(", "));
-    counts
-        .write(&draft)
-        .with_context(|| format!("writing {}", draft.display()))?;
     let draft_vocab = match a.draft_vocab {
         0 => vec![],
         n => counts.top(n, base.config().vocab_size, &draft)?,
     };
 
-    let data = hidden_states(&a, base, &seqs)?;
     let config = TrainConfig {
         num_heads: a.heads,
         num_layers: a.layers,
@@ -218,6 +214,29 @@ pub fn run(a: Args) -> Result<()> {
         },
         ..TrainConfig::default()
     };
+    // Refused settings are refused here, before the output folder or the hidden states
+    // (an hour's work for the demo model's data on two cores).
+    config.check()?;
+    if seqs.is_empty() {
+        bail!(
+            "no training rows: the data packs into no sequence of at least {} tokens (--seq-len {})",
+            a.heads + 2,
+            a.seq_len
+        );
+    }
+    if let Some(init) = a.init.as_ref().map(|d| d.join("heads.json"))
+        && !init.is_file()
+    {
+        bail!(
+            "--init: {} does not exist (a heads folder has it)",
+            init.display()
+        );
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    counts
+        .write(&draft)
+        .with_context(|| format!("writing {}", draft.display()))?;
+    let data = hidden_states(&a, base, &seqs)?;
     let mut trainer = if a.resume {
         Trainer::resume(base, &data, config, a.held_out_every, &a.out)?
     } else {
