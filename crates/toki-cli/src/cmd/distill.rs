@@ -77,28 +77,35 @@ pub fn read_prompts(path: &Path) -> Result<Vec<String>> {
 }
 
 /// User prompts already answered in `out`. A last line cut short by an interrupted write
-/// is removed so that appending continues on a clean line.
+/// (not JSON, no newline) is removed so that appending continues on a clean line; a last
+/// line that is whole JSON without its newline (an editor's save) is kept and ended.
 fn answered(out: &Path) -> Result<HashSet<String>> {
     let mut done = HashSet::new();
     let Ok(text) = std::fs::read_to_string(out) else {
         return Ok(done);
     };
     let mut good_len = 0;
+    let mut end_last_line = false;
     for (i, line) in text.split_inclusive('\n').enumerate() {
-        if !line.ends_with('\n') {
-            break; // cut short by an interrupted write
-        }
-        let v: serde_json::Value = serde_json::from_str(line).with_context(|| {
-            format!(
-                "{} line {}: not JSON; not appending to it",
-                out.display(),
-                i + 1
-            )
-        })?;
+        let parsed = serde_json::from_str::<serde_json::Value>(line);
+        let v = match parsed {
+            Ok(v) => v,
+            Err(_) if !line.ends_with('\n') => break, // cut short by an interrupted write
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "{} line {}: not JSON; not appending to it",
+                        out.display(),
+                        i + 1
+                    )
+                });
+            }
+        };
         if let Some(p) = v.pointer("/messages/0/content").and_then(|c| c.as_str()) {
             done.insert(p.to_string());
         }
         good_len += line.len();
+        end_last_line = !line.ends_with('\n');
     }
     if good_len < text.len() {
         tracing::warn!(
@@ -110,6 +117,12 @@ fn answered(out: &Path) -> Result<HashSet<String>> {
             .open(out)
             .and_then(|f| f.set_len(good_len as u64))
             .with_context(|| format!("trimming {}", out.display()))?;
+    } else if end_last_line {
+        OpenOptions::new()
+            .append(true)
+            .open(out)
+            .and_then(|mut f| f.write_all(b"\n"))
+            .with_context(|| format!("ending the last line of {}", out.display()))?;
     }
     Ok(done)
 }
@@ -177,7 +190,31 @@ pub fn run(a: Args) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::read_prompts;
+    use super::{answered, read_prompts};
+
+    /// An interrupted write's last line is dropped; a whole last line without its newline
+    /// is kept (and ended); a bad line before the last is an error, and the file is kept.
+    #[test]
+    fn an_existing_output_keeps_every_whole_line() {
+        let dir = toki_model::testing::ScratchDir::new("distill-out").unwrap();
+        let out = dir.join("a.jsonl");
+        let line = |p: &str| format!(r#"{{"messages": [{{"role": "user", "content": "{p}"}}]}}"#);
+        let (a, b) = (line("a"), line("b"));
+        std::fs::write(&out, format!("{a}\n{}", &b[..20])).unwrap();
+        assert_eq!(answered(&out).unwrap().len(), 1);
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), format!("{a}\n"));
+        std::fs::write(&out, format!("{a}\n{b}")).unwrap();
+        let done = answered(&out).unwrap();
+        assert!(done.contains("a") && done.contains("b"), "{done:?}");
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            format!("{a}\n{b}\n")
+        );
+        let bad = format!("{a}\nnot json\n{b}\n");
+        std::fs::write(&out, &bad).unwrap();
+        assert!(answered(&out).unwrap_err().to_string().contains("line 2"));
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), bad);
+    }
 
     /// A byte-order mark before the first line is not part of the first prompt, in plain
     /// text and in JSONL.
