@@ -422,3 +422,40 @@ fn train_errors_name_the_file() {
         vocab
     );
 }
+
+/// Commands that write one file refuse an `--out` they could not write before their work,
+/// and write nothing.
+#[test]
+fn out_files_that_cannot_be_written_are_refused_up_front() {
+    let dir = tmp("out");
+    write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
+    let data = dir.join("data.jsonl");
+    std::fs::write(&data, "{\"text\": \"t5 t6 t7 t8\"}\n").unwrap();
+    let prompts = dir.join("prompts.txt");
+    std::fs::write(&prompts, "t5 t6\n").unwrap();
+    for (command, input) in [
+        ("datastore", "--data"),
+        ("draft-vocab", "--data"),
+        ("distill", "--prompts"),
+    ] {
+        let file = if input == "--data" { &data } else { &prompts };
+        for (out, needle) in [
+            (dir.join("no-such-folder/out"), "does not exist"),
+            (dir.join("."), "is a folder"),
+        ] {
+            let o = Command::new(env!("CARGO_BIN_EXE_toki"))
+                .args([command, "--backend", "cpu", "--model"])
+                .arg(&dir)
+                .arg(input)
+                .arg(file)
+                .arg("--out")
+                .arg(&out)
+                .output()
+                .expect("toki runs");
+            let err = String::from_utf8_lossy(&o.stderr).to_string();
+            assert!(!err.contains("panicked"), "panic: {err}");
+            assert_one_line_error(o.status.success(), &err, needle);
+        }
+    }
+    assert!(!dir.join("no-such-folder").exists());
+}

@@ -22,6 +22,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    super::check_out_file(&a.out, "--out")?;
     let docs = a.corpus.documents()?;
     // Each run of target tokens (an assistant answer) is one document; the datastore
     // skips the empty pieces between non-target tokens.

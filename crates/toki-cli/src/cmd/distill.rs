@@ -128,6 +128,7 @@ fn answered(out: &Path) -> Result<HashSet<String>> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    super::check_out_file(&a.out, "--out")?;
     let prompts = read_prompts(&a.prompts)?;
     let done = answered(&a.out)?;
     let mut todo: Vec<String> = prompts.into_iter().filter(|p| !done.contains(p)).collect();

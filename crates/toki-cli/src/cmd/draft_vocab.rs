@@ -18,6 +18,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    super::check_out_file(&a.out, "--out")?;
     let docs = a.corpus.documents()?;
     let source: Vec<String> = a
         .corpus
