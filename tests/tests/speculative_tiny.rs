@@ -581,7 +581,8 @@ fn perfect_oracle_reaches_depth_plus_one_tokens_per_step() {
 
 #[test]
 fn context_end_falls_back_to_plain_steps() {
-    // The context leaves no room for the full tree near the end: still identical.
+    // The context leaves no room for the full tree near the end: still identical, and the
+    // output ends where prompt and output fill the context.
     let mk = || tiny_engine(5, 2, false);
     let p = prompt(5, 20, 64);
     let req = Request {
@@ -604,6 +605,8 @@ fn context_end_falls_back_to_plain_steps() {
     };
     let plain = small(mk()).generate(&req).unwrap();
     assert_eq!(plain.finish_reason, toki_decode::FinishReason::ContextFull);
+    // Prompt and output fill the context (48), no more.
+    assert_eq!(p.len() + plain.output_ids.len(), 48);
     let mut reference = p.clone();
     reference.extend(&plain.output_ids);
     let oracle = OracleProposer {

@@ -63,22 +63,27 @@ pub(crate) struct Progress<'a> {
     pub tokens: Vec<u32>,
     pub accept_lengths: Vec<usize>,
     text_cut: Option<String>,
+    /// The output tokens the context leaves after the prompt: prompt + output never
+    /// exceed it.
+    context_room: usize,
 }
 
 impl<'a> Progress<'a> {
-    pub fn new(engine: &'a Engine, request: &'a Request) -> Self {
+    pub fn new(engine: &'a Engine, request: &'a Request, prompt_len: usize) -> Self {
+        let context_room = engine.context.saturating_sub(prompt_len);
         Self {
             engine,
             request,
             // A request can ask for more tokens than fit the context: it ends there.
-            tokens: Vec::with_capacity(request.max_new_tokens.min(engine.context)),
+            tokens: Vec::with_capacity(request.max_new_tokens.min(context_room)),
             accept_lengths: vec![],
             text_cut: None,
+            context_room,
         }
     }
 
-    /// Add the tokens one step produced (cut at the first end token or the token budget),
-    /// report them, and say whether generation is finished.
+    /// Add the tokens one step produced (cut at the first end token, the token budget or
+    /// the end of the context), report them, and say whether generation is finished.
     /// `is_step`: the tokens came from a decoding step (counted in `accept_lengths`), not
     /// from the prefill.
     pub fn push(
@@ -88,9 +93,9 @@ impl<'a> Progress<'a> {
         on_tokens: &mut impl FnMut(Emitted<'_>) -> ControlFlow<()>,
     ) -> Result<Option<FinishReason>> {
         let start = self.tokens.len();
-        let room = self.request.max_new_tokens - start;
+        let budget = self.request.max_new_tokens.min(self.context_room);
         let mut finish = None;
-        for &t in step.iter().take(room) {
+        for &t in step.iter().take(budget.saturating_sub(start)) {
             self.tokens.push(t);
             if self.engine.eos.contains(&t) || self.request.stop_tokens.contains(&t) {
                 finish = Some(FinishReason::Eos);
@@ -99,6 +104,8 @@ impl<'a> Progress<'a> {
         }
         if finish.is_none() && self.tokens.len() >= self.request.max_new_tokens {
             finish = Some(FinishReason::MaxTokens);
+        } else if finish.is_none() && self.tokens.len() >= self.context_room {
+            finish = Some(FinishReason::ContextFull);
         }
         if self.cut_at_stop_string(start)? {
             finish = Some(FinishReason::StopString);
@@ -393,7 +400,7 @@ pub(crate) fn run(
 ) -> Result<Output> {
     let model = &engine.model;
     let n = prompt_ids.len();
-    let mut progress = Progress::new(engine, request);
+    let mut progress = Progress::new(engine, request, n);
     let mut stats = Stats::default();
     if request.max_new_tokens == 0 {
         return progress.finish(prompt_ids, FinishReason::MaxTokens, stats);
@@ -430,6 +437,8 @@ pub(crate) fn run(
     let mut reason = progress.push(&[root], false, &mut on_tokens)?;
     let mut learnt = Learnt::from_engine(engine, request, n);
     while reason.is_none() {
+        // The output ends at the context's end first (`Progress::push`); this keeps a step
+        // from ever writing past the cache.
         if cache.len() + 1 > capacity {
             reason = Some(FinishReason::ContextFull);
             break;
