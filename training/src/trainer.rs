@@ -36,6 +36,7 @@ use params::{HostSource, head_logits};
 // What shapes a run, and its checks.
 mod config;
 pub use config::{MAX_HEADS, TrainConfig};
+pub use params::check_init;
 
 /// Held-out metrics per head.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -130,13 +131,7 @@ impl<'a> Trainer<'a> {
             .into());
         }
         config.check()?;
-        let heads = HeadsConfig {
-            base_model: c.model_type.clone(),
-            draft_vocab: config.draft_vocab.len(),
-            input: config.input,
-            dtype: config.dtype,
-            ..HeadsConfig::for_model(config.kind, config.num_heads, config.num_layers, c)
-        };
+        let heads = config.heads_for(c);
         let column: Vec<i64> = if config.draft_vocab.is_empty() {
             (0..c.vocab_size as i64).collect()
         } else {

@@ -406,6 +406,30 @@ fn train_errors_name_the_file() {
     let (ok, err) = run(&["--steps", "4", "--heads", "2", "--batch", "4", "--resume"]);
     assert!(ok, "{err}");
     assert!(dir.join("heads/heads.json").exists());
+    // Heads of another shape cannot start a run: refused before its --out is written.
+    let out = Command::new(env!("CARGO_BIN_EXE_toki"))
+        .args([
+            "train",
+            "--backend",
+            "cpu",
+            "--steps",
+            "2",
+            "--heads",
+            "3",
+            "--model",
+        ])
+        .arg(&dir)
+        .arg("--data")
+        .arg(&data)
+        .arg("--init")
+        .arg(dir.join("heads"))
+        .arg("--out")
+        .arg(dir.join("other"))
+        .output()
+        .expect("toki runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_one_line_error(out.status.success(), &err, "cannot start a run");
+    assert!(!dir.join("other").exists(), "{err}");
     // Heads that no run can continue (here: the checkpoint removed, as in a shipped
     // folder) are left as they were.
     std::fs::remove_file(dir.join("heads/trainer.safetensors")).unwrap();

@@ -1,7 +1,7 @@
 //! What shapes a training run ([`TrainConfig`]), its defaults and the checks of its rates.
 
 use serde::{Deserialize, Serialize};
-use toki_model::{HeadInput, HeadKind, StoreDtype};
+use toki_model::{HeadInput, HeadKind, HeadsConfig, LlamaConfig, StoreDtype};
 
 use crate::error::{Result, TrainError};
 
@@ -56,6 +56,17 @@ pub struct TrainConfig {
 pub const MAX_HEADS: usize = 32;
 
 impl TrainConfig {
+    /// The head set this run trains on `base`.
+    pub fn heads_for(&self, base: &LlamaConfig) -> HeadsConfig {
+        HeadsConfig {
+            base_model: base.model_type.clone(),
+            draft_vocab: self.draft_vocab.len(),
+            input: self.input,
+            dtype: self.dtype,
+            ..HeadsConfig::for_model(self.kind, self.num_heads, self.num_layers, base)
+        }
+    }
+
     /// Every setting a run can be refused for before it reads data or computes anything:
     /// counts, sizes and rates. `Trainer::new` checks it too; a caller that writes files or
     /// computes hidden states first calls it before that.

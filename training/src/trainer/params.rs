@@ -11,6 +11,27 @@ use toki_model::{HeadKind, HeadsConfig, ModelError, StoreDtype};
 use super::Trainer;
 use crate::error::{Result, TrainError};
 
+/// Whether the head set saved in `dir` can start a run of `heads` (see
+/// [`Trainer::init_from`]): its `heads.json` read and its shape compared, nothing else
+/// loaded. A caller checks this before work that takes long.
+pub fn check_init(dir: &Path, heads: &HeadsConfig) -> Result<()> {
+    let json = dir.join("heads.json");
+    let text = std::fs::read_to_string(&json).map_err(|e| TrainError::io(&json, e))?;
+    let saved: HeadsConfig = serde_json::from_str(&text).map_err(|e| ModelError::Heads {
+        path: json.clone(),
+        msg: e.to_string(),
+    })?;
+    if saved.shape() != heads.shape() {
+        return Err(TrainError::Config(format!(
+            "{}: {} cannot start a run of {}",
+            json.display(),
+            saved.describe_shape(),
+            heads.describe_shape()
+        )));
+    }
+    Ok(())
+}
+
 impl Trainer<'_> {
     /// Start from the head set saved in `dir` (`heads.json` + `heads.safetensors`): every
     /// tensor it holds under this run's names, shapes checked; tensors it lacks keep their
@@ -18,20 +39,7 @@ impl Trainer<'_> {
     /// new projections start at zero, i.e. as the saved heads. Refused for another kind,
     /// head count, block count or hidden size. Returns how many tensors were taken.
     pub fn init_from(&mut self, dir: &Path) -> Result<usize> {
-        let json = dir.join("heads.json");
-        let text = std::fs::read_to_string(&json).map_err(|e| TrainError::io(&json, e))?;
-        let saved: HeadsConfig = serde_json::from_str(&text).map_err(|e| ModelError::Heads {
-            path: json.clone(),
-            msg: e.to_string(),
-        })?;
-        if saved.shape() != self.heads.shape() {
-            return Err(TrainError::Config(format!(
-                "{}: {} cannot start a run of {}",
-                json.display(),
-                saved.describe_shape(),
-                self.heads.describe_shape()
-            )));
-        }
+        check_init(dir, &self.heads)?;
         let mut src =
             toki_model::weights::SafetensorsWeights::open_file(&dir.join("heads.safetensors"))?;
         let mut taken = 0;

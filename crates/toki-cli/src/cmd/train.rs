@@ -224,13 +224,9 @@ pub fn run(a: Args) -> Result<()> {
             a.seq_len
         );
     }
-    if let Some(init) = a.init.as_ref().map(|d| d.join("heads.json"))
-        && !init.is_file()
-    {
-        bail!(
-            "--init: {} does not exist (a heads folder has it)",
-            init.display()
-        );
+    if let Some(dir) = &a.init {
+        toki_train::trainer::check_init(dir, &config.heads_for(base.config()))
+            .with_context(|| format!("--init {}", dir.display()))?;
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     counts
