@@ -11,6 +11,8 @@ use toki_model::tokenizer::Tokenizer;
 use toki_model::weights::SafetensorsWeights;
 use toki_model::{HeadInput, HeadPath, LlamaConfig, LlamaModel, MedusaHeads, Precision};
 use toki_tests::device;
+use toki_train::checkpoint::check_resume;
+use toki_train::trainer::count_rows;
 use toki_train::{Event, HiddenSet, TrainConfig, Trainer, load_documents, pack};
 
 /// A fresh folder, removed when the test ends.
@@ -125,6 +127,41 @@ fn a_resumed_run_equals_an_uninterrupted_one() {
     .expect("interrupted run");
     assert_eq!(b.step(), 7, "the loop stops at the next step boundary");
     drop(b);
+    // The checkpoint's header is read against the resuming run before anything runs:
+    // another head count, input or draft vocabulary is refused, by name.
+    let check = |c: &TrainConfig| check_resume(&cut, c, model.config()).map_err(|e| e.to_string());
+    assert_eq!(check(&config(20)), Ok(()));
+    let refused = [
+        (
+            TrainConfig {
+                num_heads: 3,
+                ..config(20)
+            },
+            "3 heads",
+        ),
+        (
+            TrainConfig {
+                input: HeadInput::HiddenAndNext,
+                ..config(20)
+            },
+            "HiddenAndNext",
+        ),
+        (
+            TrainConfig {
+                draft_vocab: vec![5, 6, 7],
+                ..config(20)
+            },
+            "draft vocabulary",
+        ),
+    ];
+    for (other, needle) in refused {
+        let e = check(&other).expect_err("refused");
+        assert!(e.contains(needle), "{e}");
+        let e = Trainer::resume(&model, &data, other, 5, &cut)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains(needle), "{e}");
+    }
     let mut c = Trainer::resume(&model, &data, config(20), 5, &cut).expect("resume");
     assert_eq!(c.step(), 7);
     c.run(&cut, &AtomicBool::new(false), |_| {})
@@ -297,6 +334,34 @@ fn heads_for_another_hidden_size_are_refused() {
         .err()
         .expect("refused");
     assert!(e.to_string().contains("hidden size"), "{e}");
+    let e = check_resume(&out, &config(4), other.config()).expect_err("refused");
+    assert!(e.to_string().contains("hidden size"), "{e}");
+}
+
+/// The rows a run will have are counted from the packed sequences, before their hidden
+/// states: the same counts as the trainer's, and none to train on is an error.
+#[test]
+fn rows_are_counted_before_the_hidden_states() {
+    let dir = scratch("rows");
+    let (model, tok) = tiny_model(&dir, &tiny_config(24, 2, true));
+    let docs = load_documents(&[pattern_file(&dir)], &tok).expect("data loads");
+    let seqs = pack(&docs, 32, 4);
+    let data = HiddenSet::compute(&model, &seqs, |_, _| {}).expect("hidden states");
+    for every in [0, 2, 5, 40] {
+        let t = Trainer::new(&model, &data, config(2), every).expect("trainer");
+        assert_eq!(
+            count_rows(&seqs, every).expect("rows"),
+            (t.train_rows(), t.held_out_rows())
+        );
+    }
+    let e = count_rows(&seqs, 1).expect_err("all held out");
+    assert!(e.to_string().contains("held-out sequence"), "{e}");
+    let e = Trainer::new(&model, &data, config(2), 1)
+        .err()
+        .expect("all held out");
+    assert!(e.to_string().contains("held-out sequence"), "{e}");
+    let e = count_rows(&pack(&docs, 2, 2), 0).expect_err("too short");
+    assert!(e.to_string().contains("at least 3 tokens"), "{e}");
 }
 
 #[test]

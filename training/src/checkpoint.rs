@@ -4,13 +4,14 @@
 //! Every file is written to a temp name and renamed into place.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
 use crate::error::{Result, TrainError};
-use crate::trainer::{EvalReport, Trainer};
+use crate::trainer::{EvalReport, TrainConfig, Trainer};
+use toki_model::LlamaConfig;
 
 const STATE: &str = "trainer.safetensors";
 
@@ -65,6 +66,104 @@ pub fn save(t: &Trainer<'_>, dir: &Path) -> Result<()> {
     std::fs::rename(&tmp, &path).map_err(|e| TrainError::io(&path, e))
 }
 
+/// The `__metadata__` entries of the safetensors file at `path`, read from its header
+/// alone (a checkpoint's tensors are the heads' size three times over).
+fn header_metadata(path: &Path) -> Result<HashMap<String, String>> {
+    #[derive(serde::Deserialize)]
+    struct Header {
+        #[serde(rename = "__metadata__", default)]
+        meta: HashMap<String, String>,
+    }
+    let mut f =
+        std::fs::File::open(path).map_err(|e| ck_err(path, format!("cannot resume: {e}")))?;
+    let len = f.metadata().map_err(|e| TrainError::io(path, e))?.len();
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n)
+        .map_err(|e| ck_err(path, format!("not a checkpoint: {e}")))?;
+    let n = u64::from_le_bytes(n);
+    if n > len.saturating_sub(8) {
+        return Err(ck_err(
+            path,
+            "not a checkpoint: its header runs past the file",
+        ));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header)
+        .map_err(|e| ck_err(path, format!("not a checkpoint: {e}")))?;
+    let h: Header = serde_json::from_slice(&header).map_err(|e| ck_err(path, e))?;
+    Ok(h.meta)
+}
+
+/// Whether the run saved in `dir` can go on as `config` on `base`: the same head set
+/// (shape and input) and the same draft vocabulary (the data gives it), read from the
+/// checkpoint's header, nothing else loaded. A caller checks this before work that takes
+/// long (the hidden states, and `draft-vocab.json`, which a run writes); [`restore`]
+/// checks the same.
+pub fn check_resume(dir: &Path, config: &TrainConfig, base: &LlamaConfig) -> Result<()> {
+    let path = dir.join(STATE);
+    let meta = header_metadata(&path)?;
+    compare(&path, &meta, &config.heads_for(base), &config.draft_vocab)
+}
+
+/// The saved run (`meta`, a checkpoint's metadata) against the run that resumes it.
+fn compare(
+    path: &Path,
+    meta: &HashMap<String, String>,
+    want: &toki_model::HeadsConfig,
+    draft: &[u32],
+) -> Result<()> {
+    let field = |k: &str| {
+        meta.get(k)
+            .ok_or_else(|| ck_err(path, format!("no `{k}` entry")))
+    };
+    let saved: toki_model::HeadsConfig =
+        serde_json::from_str(field("heads")?).map_err(|e| ck_err(path, e))?;
+    if saved.hidden_size != want.hidden_size {
+        return Err(toki_model::ModelError::HeadsMismatch {
+            what: "hidden size",
+            heads: saved.hidden_size,
+            base: want.hidden_size,
+        }
+        .into());
+    }
+    if (saved.shape(), saved.input) != (want.shape(), want.input) {
+        return Err(ck_err(
+            path,
+            format!(
+                "saved {} reading {:?}; this run asks for {} reading {:?}",
+                saved.describe_shape(),
+                saved.input,
+                want.describe_shape(),
+                want.input
+            ),
+        ));
+    }
+    #[derive(serde::Deserialize)]
+    struct Saved {
+        #[serde(default)]
+        draft_vocab: Vec<u32>,
+    }
+    let run: Saved = serde_json::from_str(field("config")?).map_err(|e| ck_err(path, e))?;
+    if run.draft_vocab != draft {
+        return Err(ck_err(
+            path,
+            format!(
+                "the run was saved with a draft vocabulary of {} tokens that this run's data \
+                 and --draft-vocab do not give ({} tokens, {}): resume with the data it started \
+                 with",
+                run.draft_vocab.len(),
+                draft.len(),
+                if run.draft_vocab.len() == draft.len() {
+                    "other tokens"
+                } else {
+                    "another size"
+                }
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Load the state saved in `dir` into a fresh trainer of the same head shape.
 pub fn restore(t: &mut Trainer<'_>, dir: &Path) -> Result<()> {
     let path = dir.join(STATE);
@@ -76,41 +175,31 @@ pub fn restore(t: &mut Trainer<'_>, dir: &Path) -> Result<()> {
         meta.get(k)
             .ok_or_else(|| ck_err(&path, format!("no `{k}` entry")))
     };
-    let saved: toki_model::HeadsConfig =
-        serde_json::from_str(field("heads")?).map_err(|e| ck_err(&path, e))?;
-    let want = t.heads_config();
-    if saved.hidden_size != want.hidden_size {
-        return Err(toki_model::ModelError::HeadsMismatch {
-            what: "hidden size",
-            heads: saved.hidden_size,
-            base: want.hidden_size,
-        }
-        .into());
-    }
-    if saved.shape() != want.shape() {
-        return Err(ck_err(
-            &path,
-            format!(
-                "saved {}; this run asks for {}",
-                saved.describe_shape(),
-                want.describe_shape()
-            ),
-        ));
-    }
-    let read = |name: &str| -> Result<Vec<f32>> {
+    compare(&path, &meta, t.heads_config(), &t.config.draft_vocab)?;
+    let read = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
         let v = st
             .tensor(name)
             .map_err(|e| ck_err(&path, format!("{name}: {e}")))?;
+        if v.dtype() != Dtype::F32 || v.shape() != shape {
+            return Err(ck_err(
+                &path,
+                format!(
+                    "{name}: {:?} {:?}, where this run needs F32 {shape:?}",
+                    v.dtype(),
+                    v.shape()
+                ),
+            ));
+        }
         Ok(v.data()
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
     };
-    let names: Vec<String> = t.names().iter().map(|(n, _)| n.clone()).collect();
-    for (i, name) in names.iter().enumerate() {
-        t.params[i] = read(&format!("param.{name}"))?;
-        t.opt.m[i] = read(&format!("m.{name}"))?;
-        t.opt.v[i] = read(&format!("v.{name}"))?;
+    let names: Vec<(String, Vec<usize>)> = t.names().to_vec();
+    for (i, (name, shape)) in names.iter().enumerate() {
+        t.params[i] = read(&format!("param.{name}"), shape)?;
+        t.opt.m[i] = read(&format!("m.{name}"), shape)?;
+        t.opt.v[i] = read(&format!("v.{name}"), shape)?;
     }
     t.step = field("step")?.parse().map_err(|e| ck_err(&path, e))?;
     t.opt.t = field("adam_t")?.parse().map_err(|e| ck_err(&path, e))?;

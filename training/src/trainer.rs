@@ -24,6 +24,7 @@ use serde::Serialize;
 use toki_model::{HeadsConfig, LlamaModel, MedusaHeads, ModelError};
 
 use crate::checkpoint;
+use crate::data::Sequence;
 use crate::error::{Result, TrainError};
 use crate::hidden::HiddenSet;
 use crate::optim::{AdamW, clip_global_norm, learning_rate};
@@ -168,12 +169,7 @@ impl<'a> Trainer<'a> {
             .collect();
         let sizes: Vec<usize> = names.iter().map(|(_, s)| s.iter().product()).collect();
         let (train_rows, held_rows) = rows(data, held_out_every);
-        if train_rows.is_empty() {
-            return Err(TrainError::Config(
-                "no training rows: the data needs sequences of at least 3 tokens with targets"
-                    .into(),
-            ));
-        }
+        no_training_rows(train_rows.len(), held_rows.len(), held_out_every)?;
         Ok(Self {
             base,
             data,
@@ -491,12 +487,19 @@ fn lm_head_rows(base: &LlamaModel) -> Result<Vec<f32>> {
 
 /// Rows of train and held-out sequences that have at least the first head's target.
 fn rows(data: &HiddenSet, held_out_every: usize) -> (Vec<Row>, Vec<Row>) {
+    rows_of(&data.starts, &data.target, held_out_every)
+}
+
+/// Rows of sequences laid end to end (`starts`: each one's offset, then the total), split
+/// into training and held-out rows: a row is a position whose token two places on is a
+/// target.
+fn rows_of(starts: &[usize], target: &[bool], held_out_every: usize) -> (Vec<Row>, Vec<Row>) {
     let (mut train, mut held) = (vec![], vec![]);
-    for s in 0..data.num_sequences() {
-        let (start, end) = (data.starts[s], data.starts[s + 1]);
+    for (s, w) in starts.windows(2).enumerate() {
+        let (start, end) = (w[0], w[1]);
         let held_out = held_out_every > 0 && s % held_out_every == held_out_every - 1;
         for at in start..end.saturating_sub(2) {
-            if data.target[at + 2] {
+            if target[at + 2] {
                 let row = Row {
                     at: at as u32,
                     end: end as u32,
@@ -510,6 +513,34 @@ fn rows(data: &HiddenSet, held_out_every: usize) -> (Vec<Row>, Vec<Row>) {
         }
     }
     (train, held)
+}
+
+/// The training and held-out rows (positions) a [`Trainer`] finds in packed `seqs`,
+/// counted before their hidden states are computed (an hour for the demo model's data on
+/// two cores): none to train on is an error naming why.
+pub fn count_rows(seqs: &[Sequence], held_out_every: usize) -> Result<(usize, usize)> {
+    let mut starts = vec![0];
+    for s in seqs {
+        starts.push(starts[starts.len() - 1] + s.tokens.len());
+    }
+    let target: Vec<bool> = seqs.iter().flat_map(|s| s.target.iter().copied()).collect();
+    let (train, held) = rows_of(&starts, &target, held_out_every);
+    no_training_rows(train.len(), held.len(), held_out_every)?;
+    Ok((train.len(), held.len()))
+}
+
+/// The error for a split with no training rows.
+fn no_training_rows(train: usize, held: usize, held_out_every: usize) -> Result<()> {
+    match (train, held) {
+        (0, 0) => Err(TrainError::Config(
+            "no training rows: the data needs sequences of at least 3 tokens with targets".into(),
+        )),
+        (0, _) => Err(TrainError::Config(format!(
+            "no training rows: every row with a target lies in a held-out sequence (one in \
+             {held_out_every} is held out); give more data or hold out fewer sequences"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// A seeded Fisher-Yates permutation of 0..n for one epoch.

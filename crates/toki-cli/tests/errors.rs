@@ -392,6 +392,7 @@ fn train_errors_name_the_file() {
         (&["--heads", "0"][..], "at least 1"),
         (&["--lr", "NaN"], "learning rate"),
         (&["--seq-len", "2"], "no training rows"),
+        (&["--held-out-every", "1"], "held-out sequence"),
         (&["--init", "no-such-heads"], "--init"),
     ] {
         let (ok, err) = run(&[&["--steps", "2"][..], bad].concat());
@@ -406,6 +407,19 @@ fn train_errors_name_the_file() {
     let (ok, err) = run(&["--steps", "4", "--heads", "2", "--batch", "4", "--resume"]);
     assert!(ok, "{err}");
     assert!(dir.join("heads/heads.json").exists());
+    // A resume that does not match the checkpoint (another head count; data that gives
+    // another draft vocabulary) is refused before the run's draft vocabulary is rewritten.
+    let vocab = std::fs::read(dir.join("heads/draft-vocab.json")).unwrap();
+    let (ok, err) = run(&["--steps", "6", "--heads", "3", "--batch", "4", "--resume"]);
+    assert_one_line_error(ok, &err, "3 heads");
+    std::fs::write(&data, "{\"text\": \"t20 t21 t22 t23 t24 t25 t26 t27\"}\n").unwrap();
+    let (ok, err) = run(&["--steps", "6", "--heads", "2", "--batch", "4", "--resume"]);
+    assert_one_line_error(ok, &err, "draft vocabulary");
+    assert_eq!(
+        std::fs::read(dir.join("heads/draft-vocab.json")).unwrap(),
+        vocab
+    );
+    std::fs::write(&data, "{\"text\": \"t5 t6 t7 t8 t9 t10 t11 t12\"}\n").unwrap();
     // Heads of another shape cannot start a run: refused before its --out is written.
     let out = Command::new(env!("CARGO_BIN_EXE_toki"))
         .args([

@@ -224,6 +224,12 @@ pub fn run(a: Args) -> Result<()> {
             a.seq_len
         );
     }
+    toki_train::trainer::count_rows(&seqs, a.held_out_every)?;
+    if a.resume {
+        // The checkpoint's header against this run, before the draft vocabulary is
+        // written over the run's own.
+        toki_train::checkpoint::check_resume(&a.out, &config, base.config()).context("--resume")?;
+    }
     if let Some(dir) = &a.init {
         toki_train::trainer::check_init(dir, &config.heads_for(base.config()))
             .with_context(|| format!("--init {}", dir.display()))?;
