@@ -144,6 +144,17 @@ impl HeadsConfig {
         )
     }
 
+    /// The `heads.json` a head set's folder holds (at `dir/heads.json`): what
+    /// [`MedusaHeads::load`] and a training run's `--init` read first.
+    pub fn read(dir: &std::path::Path) -> crate::Result<Self> {
+        let path = dir.join("heads.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| crate::ModelError::io(&path, e))?;
+        serde_json::from_str(&text).map_err(|e| crate::ModelError::Heads {
+            path,
+            msg: e.to_string(),
+        })
+    }
+
     /// A head set sized for `base`: its hidden size and vocabulary.
     pub fn for_model(
         kind: HeadKind,

@@ -15,16 +15,11 @@ use crate::error::{Result, TrainError};
 /// [`Trainer::init_from`]): its `heads.json` read and its shape compared, nothing else
 /// loaded. A caller checks this before work that takes long.
 pub fn check_init(dir: &Path, heads: &HeadsConfig) -> Result<()> {
-    let json = dir.join("heads.json");
-    let text = std::fs::read_to_string(&json).map_err(|e| TrainError::io(&json, e))?;
-    let saved: HeadsConfig = serde_json::from_str(&text).map_err(|e| ModelError::Heads {
-        path: json.clone(),
-        msg: e.to_string(),
-    })?;
+    let saved = HeadsConfig::read(dir)?;
     if saved.shape() != heads.shape() {
         return Err(TrainError::Config(format!(
             "{}: {} cannot start a run of {}",
-            json.display(),
+            dir.join("heads.json").display(),
             saved.describe_shape(),
             heads.describe_shape()
         )));

@@ -186,9 +186,7 @@ impl MedusaHeads {
     pub fn load(dir: &Path, base: &LlamaModel) -> Result<Self> {
         let native = dir.join("heads.json");
         let (config, file, layout): (HeadsConfig, _, Box<dyn Layout>) = if native.exists() {
-            let text = std::fs::read_to_string(&native).map_err(|e| ModelError::io(&native, e))?;
-            let cfg: HeadsConfig =
-                serde_json::from_str(&text).map_err(|e| heads_err(&native, e))?;
+            let cfg = HeadsConfig::read(dir)?;
             (cfg, dir.join("heads.safetensors"), Box::new(Native))
         } else {
             let cfg_path = dir.join("config.json");
