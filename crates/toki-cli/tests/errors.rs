@@ -146,6 +146,12 @@ fn empty_prompt() {
     write_model_folder(&dir, &tiny_config(64, 2, true), 1).unwrap();
     let (ok, err) = generate(&dir, &["--prompt", "  "]);
     assert_one_line_error(ok, &err, "empty");
+    // As a chat message it is a prompt: the template wraps it.
+    let (ok, err) = generate(
+        &dir,
+        &["--prompt", "", "--chat", "--max-new-tokens", "3", "--json"],
+    );
+    assert!(ok, "{err}");
 }
 
 #[test]

@@ -145,8 +145,9 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if a.prompt.trim().is_empty() {
-        bail!("the prompt is empty");
+    // A chat message may be empty: the template still gives the model a prompt.
+    if !a.chat && a.prompt.trim().is_empty() {
+        bail!("the prompt is empty (with --chat, an empty message is sent in the template)");
     }
     if a.stop.iter().any(String::is_empty) {
         bail!("--stop needs a non-empty string");
