@@ -246,11 +246,24 @@ impl HostWeight {
             let (stats, timer) = &**two;
             return timer.run(m, |way| match way {
                 pick::Way::Full => self.argmax_full(x, m),
-                pick::Way::TwoStage => (b.argmax_two_stage(stats, self.out, x, m).into_iter())
-                    .enumerate()
-                    // Where the two stages do not apply: this row's full product.
-                    .map(|(j, p)| p.unwrap_or_else(|| self.argmax_full(&x[j * inn..][..inn], 1)[0]))
-                    .collect(),
+                pick::Way::TwoStage => {
+                    let mut picks = b.argmax_two_stage(stats, self.out, x, m);
+                    // Where the two stages do not apply (too many candidates: a flat row):
+                    // those rows' full product, all in one pass over the matrix (a pass
+                    // each cost as much as the full way's for every row).
+                    let rest: Vec<usize> = (0..m).filter(|&j| picks[j].is_none()).collect();
+                    if !rest.is_empty() {
+                        let xs: Vec<f32> = rest
+                            .iter()
+                            .flat_map(|&j| &x[j * inn..][..inn])
+                            .copied()
+                            .collect();
+                        for (&j, t) in rest.iter().zip(self.argmax_full(&xs, rest.len())) {
+                            picks[j] = Some(t);
+                        }
+                    }
+                    picks.into_iter().flatten().collect()
+                }
             });
         }
         self.argmax_full(x, m)

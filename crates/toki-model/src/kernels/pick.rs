@@ -10,12 +10,16 @@
 //! lower median serves that size. Where one way is clearly faster (after [`EARLY`] calls of
 //! each, every call of it at least [`CLEAR`] times faster than every call of the other:
 //! 1.1 against 2.0 ms on the AMD EPYC) it is chosen then, so that a short run does not pay
-//! the slower way's remaining trials.
+//! the slower way's remaining trials. Which is faster also depends on the rows: the two
+//! stages gain where the model is sure (few candidates), as it mostly is on its own
+//! answers, and lose on flat rows (prompt text, a tree's wrong guesses). So a choice is
+//! timed again every [`RECHECK`] calls of its size: a choice made on one kind of rows (a
+//! calibration's passes) does not serve decoding for good.
 //!
 //! ```text
-//! calls of one size:  2 F 2 F 2 F 2 F 2 F 2 F 2 F 2 F 2 F | the faster, from then on
+//! calls of one size:  2 F 2 F 2 F 2 F 2 F 2 F 2 F 2 F 2 F | the faster, RECHECK calls | again
 //!                     (2 = two stages, F = full product; TRIALS of each)
-//! a clear case:       2 F 2 F 2 F 2 F | the faster, from then on
+//! a clear case:       2 F 2 F 2 F 2 F | the faster, RECHECK calls | again
 //! ```
 
 use std::sync::Mutex;
@@ -33,6 +37,11 @@ const CLEAR: f64 = 1.25;
 pub(crate) const CALLS: usize = 2 * TRIALS;
 /// Sizes (activation rows) timed apart: 1, 2, 3-4, 5 and more.
 const SIZES: usize = 4;
+/// Calls of one size after which its chosen way is timed again: the rows a pick sees can
+/// change (a calibration's passes over text, then decoding's steps, whose rows are surer
+/// and leave the two stages fewer candidates), and a choice made on the first must not
+/// serve the second for good. A re-timing costs at most `TRIALS` calls of the slower way.
+const RECHECK: usize = 512;
 
 /// One way of picking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,9 +61,21 @@ struct Trial {
     two_stage: Vec<f64>,
     full: Vec<f64>,
     chosen: Option<Way>,
+    /// Calls since the way was chosen.
+    since: usize,
 }
 
 impl Trial {
+    /// Count a call of this size: [`RECHECK`] calls after a choice, timing starts over.
+    fn tick(&mut self) {
+        if self.chosen.is_some() {
+            self.since += 1;
+            if self.since > RECHECK {
+                *self = Trial::default();
+            }
+        }
+    }
+
     fn next(&self) -> Way {
         match self.chosen {
             Some(way) => way,
@@ -113,11 +134,13 @@ fn size_index(m: usize) -> usize {
 
 impl PickTimer {
     /// Pick for `m` activation rows with `pick`, the way this size uses now; while the
-    /// size is still being timed, the call is timed and recorded.
+    /// size is being timed (its first calls, and again every [`RECHECK`] calls), the call
+    /// is timed and recorded.
     pub(crate) fn run<T>(&self, m: usize, pick: impl FnOnce(Way) -> T) -> T {
         let (way, timing) = match self.sizes.lock() {
-            Ok(sizes) => {
-                let trial = &sizes[size_index(m)];
+            Ok(mut sizes) => {
+                let trial = &mut sizes[size_index(m)];
+                trial.tick();
                 (trial.next(), trial.chosen.is_none())
             }
             // A panic elsewhere while timing: the two stages, as before any timing.
@@ -205,6 +228,25 @@ mod tests {
             sizes[0].record(Way::Full, if i == 2 { 1.1 } else { 2.0 });
         }
         assert!(timer.sizes.lock().unwrap()[0].chosen.is_none());
+    }
+
+    #[test]
+    fn a_chosen_way_is_timed_again_after_recheck_calls() {
+        let timer = PickTimer::default();
+        run(&timer, 1, 2.0, 1.0, 2 * EARLY);
+        assert_eq!(timer.next(1), Way::Full);
+        for _ in 0..RECHECK {
+            timer.run(1, |_| ());
+        }
+        assert_eq!(timer.next(1), Way::Full, "kept for RECHECK calls");
+        // The next call starts the timing over (and is itself timed, as the two stages).
+        assert_eq!(timer.run(1, |way| way), Way::TwoStage);
+        assert!(timer.sizes.lock().unwrap()[0].chosen.is_none());
+        // The rows changed: the two stages are now the faster way, and are chosen.
+        let ways = run(&timer, 1, 1.0, 2.0, 2 * EARLY + 3);
+        assert_eq!(ways.last(), Some(&Way::TwoStage));
+        // Other sizes keep their own count.
+        assert!(timer.sizes.lock().unwrap()[1].chosen.is_none());
     }
 
     #[test]

@@ -104,6 +104,21 @@ fn two_stage_argmax_is_the_full_products() {
     let picks = b.argmax_two_stage(stats, out, &nan, 3);
     assert!(picks[0].is_some() && picks[1].is_none() && picks[2].is_some());
     assert_eq!(blocks.matmul_argmax(&nan, 3), plain.matmul_argmax(&nan, 3));
+    // Two such rows among four: their full products (one pass for both) land in their
+    // places; two calls, so that both ways run (the timer alternates while it times).
+    let mut mixed = lcg(4 * inn, 9);
+    mixed[5] = f32::INFINITY;
+    mixed[2 * inn + 100] = f32::NEG_INFINITY;
+    let picks = b.argmax_two_stage(stats, out, &mixed, 4);
+    assert!(picks[0].is_none() && picks[1].is_some() && picks[2].is_none());
+    let want = plain.matmul_argmax(&mixed, 4);
+    assert_ne!(
+        want[0], want[2],
+        "rows 0 and 2 must tell their places apart"
+    );
+    for _ in 0..2 {
+        assert_eq!(blocks.matmul_argmax(&mixed, 4), want);
+    }
 }
 
 /// Stage 1's bounds hold every value of the full product, rounded once or twice (then
