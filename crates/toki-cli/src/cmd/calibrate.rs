@@ -2,13 +2,15 @@
 //!
 //! 1. Cost: time one verification pass of n tree nodes (n = 1..64, over a 128-token cache,
 //!    and again over 512- and 2,048-token caches; forward, logits and the host read-back),
-//!    and one pass of the heads, on the backend. The passes read real text (the prompts,
-//!    cycled): on arbitrary token ids the logits come out flat, which decoding's are not,
-//!    and the lm_head's exact two-stage pick (`kernels/blocks/argmax.rs`) then falls back
-//!    to the full product on every row, so such passes cost more than decoding's steps.
-//! 2. Acceptance: on calibration prompts, the base's own greedy continuations are known;
-//!    for head k and rank r, a(k, r) = how often head k's rank-r token is the token k+2
-//!    ahead.
+//!    and one pass of the heads, on the backend. The passes read the base's own answers
+//!    to the calibration prompts (step 2's continuations, cycled): on arbitrary token
+//!    ids, and less so on the prompts' text, the logits come out flatter than decoding's,
+//!    the lm_head's exact two-stage pick (`kernels/blocks/argmax.rs`) keeps more
+//!    candidates, and both the curve and the pick's choice of way (timed on these passes'
+//!    first calls) would follow rows that decoding does not see.
+//! 2. Acceptance (measured first): on calibration prompts, the base's own greedy
+//!    continuations are known; for head k and rank r, a(k, r) = how often head k's rank-r
+//!    token is the token k+2 ahead.
 //! 3. Static tree: Medusa's greedy construction, adding at each size the path with the
 //!    highest expected acceptance Π a(k, r_k); the expected tokens per step of the n-node
 //!    tree are 1 + Σ over its nodes. The size chosen maximises expected tokens per
@@ -165,13 +167,24 @@ pub fn auto_tree(
     if prompts.is_empty() {
         bail!("calibration needs at least one prompt");
     }
-    let text = prompts
-        .iter()
-        .map(|p| engine.encode_prompt(p))
-        .collect::<std::result::Result<Vec<_>, _>>()?
-        .concat();
+    let Observed {
+        acceptance,
+        bins,
+        answers,
+    } = head_acceptance(engine, heads, prompts, max_new)?;
+    // The cost passes read the base's own answers: their rows are as sure as decoding's
+    // (the prompts', the text before this, left the lm_head's two-stage pick many
+    // candidates, so it timed slower than the full product and decoding then ran the
+    // slower way; 2026-12-07). The prompts where no answer has a token.
+    let text = match answers.concat() {
+        text if !text.is_empty() => text,
+        _ => prompts
+            .iter()
+            .map(|p| engine.encode_prompt(p))
+            .collect::<std::result::Result<Vec<_>, _>>()?
+            .concat(),
+    };
     let measured = costs(engine, heads, &text)?;
-    let (acceptance, bins) = head_acceptance(engine, heads, prompts, max_new)?;
     let dynamic = measured.dynamic(bins.iter().map(|b| smoothed_accuracy(b)).collect())?;
     let Measured {
         cost_s,
@@ -259,14 +272,24 @@ pub fn non_decreasing(values: &[(f64, f64)]) -> Vec<f64> {
 /// Per head and confidence bin: (positions, right).
 type Bins = Vec<Vec<(usize, usize)>>;
 
+/// What the heads did on the base's greedy continuations of the calibration prompts.
+struct Observed {
+    /// a(k, r): how often head k's rank-r token was the token k+2 ahead.
+    acceptance: Vec<Vec<f64>>,
+    bins: Bins,
+    /// The continuations (each prompt's output tokens).
+    answers: Vec<Vec<u32>>,
+}
+
 /// a(k, r) over the base's greedy continuations of `prompts`, and per head the confidence
-/// bins of its top token, counted at the positions where every head before it was right.
+/// bins of its top token, counted at the positions where every head before it was right;
+/// and those continuations (the output tokens of each prompt).
 fn head_acceptance(
     engine: &Engine,
     heads: &HeadProposer,
     prompts: &[Prompt],
     max_new: usize,
-) -> Result<(Vec<Vec<f64>>, Bins)> {
+) -> Result<Observed> {
     let model = engine.model();
     let device = model.device();
     let k = heads.num_heads();
@@ -275,6 +298,7 @@ fn head_acceptance(
     let mut hits = vec![vec![0f64; ranks]; k];
     let mut total = vec![0f64; k];
     let mut bins: Bins = vec![vec![(0, 0); BINS]; k];
+    let mut answers = vec![];
     // Logits column of each vocabulary token (None: outside the draft vocabulary).
     let vocab = model.config().vocab_size;
     let mut column: Vec<Option<usize>> = vec![None; vocab];
@@ -293,6 +317,7 @@ fn head_acceptance(
             .chain(&out.output_ids)
             .copied()
             .collect();
+        answers.push(out.output_ids.clone());
         let t = seq.len();
         let rope = RopeTables::new(model.config(), t, &device);
         let hidden = model.sequence_hidden(&seq, &rope); // [t, D]
@@ -337,7 +362,11 @@ fn head_acceptance(
         .zip(total)
         .map(|(row, n)| row.into_iter().map(|x| x / n.max(1.0)).collect())
         .collect();
-    Ok((acceptance, bins))
+    Ok(Observed {
+        acceptance,
+        bins,
+        answers,
+    })
 }
 
 /// Softmax probability of the largest logit.
