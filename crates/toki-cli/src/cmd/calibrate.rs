@@ -2,12 +2,12 @@
 //!
 //! 1. Cost: time one verification pass of n tree nodes (n = 1..64, over a 128-token cache,
 //!    and again over 512- and 2,048-token caches; forward, logits and the host read-back),
-//!    and one pass of the heads, on the backend. The passes read the base's own answers
-//!    to the calibration prompts (step 2's continuations, cycled): on arbitrary token
-//!    ids, and less so on the prompts' text, the logits come out flatter than decoding's,
-//!    the lm_head's exact two-stage pick (`kernels/blocks/argmax.rs`) keeps more
-//!    candidates, and both the curve and the pick's choice of way (timed on these passes'
-//!    first calls) would follow rows that decoding does not see.
+//!    and one pass of the heads, on the backend. The passes read one of the base's own
+//!    answers to the calibration prompts (step 2's longest, after its prompt, cycled): on
+//!    arbitrary token ids, and less so on the prompts' text, the logits come out flatter
+//!    than decoding's, the lm_head's exact two-stage pick (`kernels/blocks/argmax.rs`)
+//!    keeps more candidates, and both the curve and the pick's choice of way (timed on
+//!    these passes' first calls) would follow rows that decoding does not see.
 //! 2. Acceptance (measured first): on calibration prompts, the base's own greedy
 //!    continuations are known; for head k and rank r, a(k, r) = how often head k's rank-r
 //!    token is the token k+2 ahead.
@@ -170,13 +170,14 @@ pub fn auto_tree(
     let Observed {
         acceptance,
         bins,
-        answers,
+        answer,
     } = head_acceptance(engine, heads, prompts, max_new)?;
-    // The cost passes read the base's own answers: their rows are as sure as decoding's
-    // (the prompts', the text before this, left the lm_head's two-stage pick many
-    // candidates, so it timed slower than the full product and decoding then ran the
-    // slower way; 2026-12-07). The prompts where no answer has a token.
-    let text = match answers.concat() {
+    // The cost passes read one of the base's own answers (after its prompt, cycled: past
+    // the first copy the model repeats it), so their rows are sure, as decoding's mostly
+    // are. On the prompts' text, the passes before this, the rows were flatter, the
+    // lm_head's two stages kept more candidates and were timed slower than the full
+    // product, which decoding then ran (2026-12-07). The prompts where nothing was answered.
+    let text = match answer {
         text if !text.is_empty() => text,
         _ => prompts
             .iter()
@@ -277,13 +278,14 @@ struct Observed {
     /// a(k, r): how often head k's rank-r token was the token k+2 ahead.
     acceptance: Vec<Vec<f64>>,
     bins: Bins,
-    /// The continuations (each prompt's output tokens).
-    answers: Vec<Vec<u32>>,
+    /// The prompt and continuation of the prompt answered at most length (empty where no
+    /// prompt was answered).
+    answer: Vec<u32>,
 }
 
 /// a(k, r) over the base's greedy continuations of `prompts`, and per head the confidence
 /// bins of its top token, counted at the positions where every head before it was right;
-/// and those continuations (the output tokens of each prompt).
+/// and the longest of those continuations, after its prompt.
 fn head_acceptance(
     engine: &Engine,
     heads: &HeadProposer,
@@ -298,7 +300,7 @@ fn head_acceptance(
     let mut hits = vec![vec![0f64; ranks]; k];
     let mut total = vec![0f64; k];
     let mut bins: Bins = vec![vec![(0, 0); BINS]; k];
-    let mut answers = vec![];
+    let (mut answer, mut answered) = (vec![], 0);
     // Logits column of each vocabulary token (None: outside the draft vocabulary).
     let vocab = model.config().vocab_size;
     let mut column: Vec<Option<usize>> = vec![None; vocab];
@@ -317,7 +319,10 @@ fn head_acceptance(
             .chain(&out.output_ids)
             .copied()
             .collect();
-        answers.push(out.output_ids.clone());
+        if out.output_ids.len() > answered {
+            answered = out.output_ids.len();
+            answer = seq.clone();
+        }
         let t = seq.len();
         let rope = RopeTables::new(model.config(), t, &device);
         let hidden = model.sequence_hidden(&seq, &rope); // [t, D]
@@ -365,7 +370,7 @@ fn head_acceptance(
     Ok(Observed {
         acceptance,
         bins,
-        answers,
+        answer,
     })
 }
 
