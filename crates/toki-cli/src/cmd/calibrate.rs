@@ -3,11 +3,11 @@
 //! 1. Cost: time one verification pass of n tree nodes (n = 1..64, over a 128-token cache,
 //!    and again over 512- and 2,048-token caches; forward, logits and the host read-back),
 //!    and one pass of the heads, on the backend. The passes read one of the base's own
-//!    answers to the calibration prompts (step 2's longest, after its prompt, cycled): on
-//!    arbitrary token ids, and less so on the prompts' text, the logits come out flatter
-//!    than decoding's, the lm_head's exact two-stage pick (`kernels/blocks/argmax.rs`)
-//!    keeps more candidates, and both the curve and the pick's choice of way (timed on
-//!    these passes' first calls) would follow rows that decoding does not see.
+//!    answers to the calibration prompts (step 2's longest, cycled): on arbitrary token
+//!    ids, and less so on the prompts' text, the logits come out flatter than decoding's,
+//!    the lm_head's exact two-stage pick (`kernels/blocks/argmax.rs`) keeps more
+//!    candidates, and both the curve and the pick's choice of way (timed on these passes'
+//!    first calls) would follow rows that decoding does not see.
 //! 2. Acceptance (measured first): on calibration prompts, the base's own greedy
 //!    continuations are known; for head k and rank r, a(k, r) = how often head k's rank-r
 //!    token is the token k+2 ahead.
@@ -172,11 +172,12 @@ pub fn auto_tree(
         bins,
         answer,
     } = head_acceptance(engine, heads, prompts, max_new)?;
-    // The cost passes read one of the base's own answers (after its prompt, cycled: past
-    // the first copy the model repeats it), so their rows are sure, as decoding's mostly
-    // are. On the prompts' text, the passes before this, the rows were flatter, the
-    // lm_head's two stages kept more candidates and were timed slower than the full
-    // product, which decoding then ran (2026-12-07). The prompts where nothing was answered.
+    // The cost passes read the base's longest answer, cycled: from its second copy on the
+    // model repeats it, so the timed rows are sure, as decoding's mostly are. On the
+    // prompts' text (the passes before this) the rows were flatter, the lm_head's two
+    // stages kept more candidates and were timed slower than the full product, which
+    // decoding then ran (2026-12-07); a long prompt before the answer put the timed rows
+    // in the prompt again (Spec-Bench's). The prompts where nothing was answered.
     let text = match answer {
         text if !text.is_empty() => text,
         _ => prompts
@@ -278,14 +279,13 @@ struct Observed {
     /// a(k, r): how often head k's rank-r token was the token k+2 ahead.
     acceptance: Vec<Vec<f64>>,
     bins: Bins,
-    /// The prompt and continuation of the prompt answered at most length (empty where no
-    /// prompt was answered).
+    /// The longest continuation (empty where no prompt was answered).
     answer: Vec<u32>,
 }
 
 /// a(k, r) over the base's greedy continuations of `prompts`, and per head the confidence
 /// bins of its top token, counted at the positions where every head before it was right;
-/// and the longest of those continuations, after its prompt.
+/// and the longest of those continuations.
 fn head_acceptance(
     engine: &Engine,
     heads: &HeadProposer,
@@ -321,7 +321,7 @@ fn head_acceptance(
             .collect();
         if out.output_ids.len() > answered {
             answered = out.output_ids.len();
-            answer = seq.clone();
+            answer = out.output_ids.clone();
         }
         let t = seq.len();
         let rope = RopeTables::new(model.config(), t, &device);
