@@ -82,14 +82,24 @@ pub enum Chosen {
 }
 
 impl Chosen {
-    /// For logs and reports: "static, N nodes, depth D" or "dynamic, up to N nodes", and
+    /// For logs and reports: "static, N nodes, depth D" or "dynamic, up to N nodes" with
+    /// the ceiling of its cost curve for `num_heads` heads ([`DynamicTree::ceiling`]), and
     /// the prompt lookup and datastore `install` would add.
-    pub fn describe(&self, lookup: Option<Lookup>, datastore: Option<&Datastore>) -> String {
+    pub fn describe(
+        &self,
+        num_heads: usize,
+        lookup: Option<Lookup>,
+        datastore: Option<&Datastore>,
+    ) -> String {
         let d = match self {
             Self::Static(t) => return format!("static, {} nodes, depth {}", t.len(), t.depth()),
             Self::Dynamic(d) => d,
         };
-        let mut s = format!("dynamic, up to {} nodes", d.max_nodes());
+        let (most, chain) = d.ceiling(num_heads);
+        let mut s = format!(
+            "dynamic, up to {} nodes (with every proposal right at most {most:.2}x plain, a chain of {chain})",
+            d.max_nodes()
+        );
         if let Some(l) = lookup {
             s += &format!(", prompt lookup up to {} tokens", l.max_len);
         }

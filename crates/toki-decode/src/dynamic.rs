@@ -37,6 +37,26 @@ use serde::{Deserialize, Serialize};
 use crate::error::{DecodeError, Result};
 use crate::proposer::{Conditioning, Ranked};
 
+/// The most speculation could gain at these costs if every proposal were right: a chain
+/// of n nodes (the root and n - 1 heads' top tokens, n ≤ heads + 1) then yields n tokens a
+/// step for a pass of n nodes and the heads' pass (counted whole for any chain). `cost[i]`:
+/// the pass of i + 1 nodes, relative to one; `heads`: the heads' pass in the same unit.
+/// Returns the speed-up over plain decoding and that n (1: plain decoding itself). A tree
+/// of n nodes yields at most n tokens, so no tree beats the best chain; real heads come
+/// near it only as their acceptance nears 1.
+pub fn ceiling(cost: &[f64], heads: f64, num_heads: usize) -> (f64, usize) {
+    cost.iter()
+        .take(num_heads + 1)
+        .enumerate()
+        .map(|(i, &c)| {
+            let n = i + 1;
+            let step = if n == 1 { c } else { c + heads };
+            (n as f64 / step, n)
+        })
+        .filter(|(s, _)| s.is_finite())
+        .fold((1.0, 1), |best, x| if x.0 > best.0 { x } else { best })
+}
+
 /// How a dynamic tree is sized (see the module docs). Built by `toki calibrate` from
 /// measurements on the backend it will run on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,6 +192,12 @@ impl DynamicTree {
     /// The largest tree it may choose, root included.
     pub fn max_nodes(&self) -> usize {
         self.cost.len()
+    }
+
+    /// The most speculation could gain at these costs with `num_heads` heads if every
+    /// proposal were right: see [`ceiling`].
+    pub fn ceiling(&self, num_heads: usize) -> (f64, usize) {
+        ceiling(&self.cost, self.heads_cost, num_heads)
     }
 
     /// Estimated chance that head `head`'s proposal of probability `p` is right, given that

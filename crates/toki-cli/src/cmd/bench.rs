@@ -305,7 +305,11 @@ pub fn run(a: Args) -> Result<()> {
         a.max_new_tokens.min(64),
     )?;
     let datastore = a.tree.datastore(&a.target.heads)?;
-    let tree_desc = tree.describe(a.tree.lookup(), datastore.as_ref());
+    let tree_desc = tree.describe(
+        heads.heads().num_heads(),
+        a.tree.lookup(),
+        datastore.as_ref(),
+    );
     // Columns the heads score: the draft vocabulary, or the whole vocabulary.
     let draft_vocab = heads
         .draft()

@@ -127,12 +127,7 @@ impl Calibration {
     pub fn summary(&self) -> String {
         let n = self.paths.len() + 1;
         let ratio = |i: usize| self.cost_s.get(i).map_or(f64::NAN, |c| c / self.cost_s[0]);
-        let relative: Vec<f64> = (0..self.cost_s.len()).map(ratio).collect();
-        let ceiling = ceiling(
-            &relative,
-            self.heads_s / self.cost_s[0],
-            self.acceptance.len(),
-        );
+        let ceiling = self.dynamic.ceiling(self.acceptance.len());
         format!(
             "static tree of {n} node(s), expected {:.2} tokens/step, {:.2}x plain; verify cost 2/4/8 nodes {:.2}/{:.2}/{:.2}x one{}, heads {:.2}x; head top-1 acceptance {}; with every proposal right at most {:.2}x plain (a chain of {} node(s))",
             self.expected_tokens[n - 1],
@@ -163,26 +158,6 @@ impl Calibration {
             ceiling.1,
         )
     }
-}
-
-/// The most speculation could gain at these costs if every proposal were right: a chain
-/// of n nodes (the root and n - 1 heads' top tokens, n ≤ heads + 1) then yields n tokens a
-/// step for a pass of n nodes and the heads' pass (counted whole for any chain). `cost[i]`:
-/// the pass of i + 1 nodes, relative to one; `heads`: the heads' pass in the same unit.
-/// Returns the speed-up over plain decoding and that n (1: plain decoding itself). A tree
-/// of n nodes yields at most n tokens, and no more than the chain's where heads are
-/// right, so no tree beats this; real heads reach it only as their acceptance nears 1.
-fn ceiling(cost: &[f64], heads: f64, num_heads: usize) -> (f64, usize) {
-    cost.iter()
-        .take(num_heads + 1)
-        .enumerate()
-        .map(|(i, &c)| {
-            let n = i + 1;
-            let step = if n == 1 { c } else { c + heads };
-            (n as f64 / step, n)
-        })
-        .filter(|(s, _)| s.is_finite())
-        .fold((1.0, 1), |best, x| if x.0 > best.0 { x } else { best })
 }
 
 /// Measure and choose (see the module docs).
@@ -432,25 +407,6 @@ mod tests {
         let first: Vec<usize> = pick(&all, 12, Take::First).into_iter().copied().collect();
         assert_eq!(first, (0..12).collect::<Vec<_>>());
         assert!(pick(&[] as &[usize], 8, Take::Spread).is_empty());
-    }
-
-    #[test]
-    fn the_ceiling_is_the_best_chain_of_right_proposals() {
-        // Three heads: chains of 1-4 nodes yield 1-4 tokens for 1, 1.2 + 0.1, 1.5 + 0.1,
-        // 1.8 + 0.1 one-node passes: 1, 1.54, 1.88, 2.11x. The 5-node cost is past the
-        // heads' depth and does not count.
-        let (s, n) = ceiling(&[1.0, 1.2, 1.5, 1.8, 1.0], 0.1, 3);
-        assert_eq!(n, 4);
-        assert!((s - 4.0 / 1.9).abs() < 1e-12, "{s}");
-        // Where a second node costs as much as two steps, no chain pays: plain decoding.
-        assert_eq!(ceiling(&[1.0, 2.5, 4.0], 0.1, 2), (1.0, 1));
-        // A flat curve (a GPU's) makes the deepest chain the best.
-        let (s, n) = ceiling(&[1.0, 1.01, 1.02, 1.03], 0.05, 3);
-        assert_eq!(n, 4);
-        assert!((s - 4.0 / 1.08).abs() < 1e-12, "{s}");
-        // No costs measured, or not finite: plain decoding.
-        assert_eq!(ceiling(&[], 0.1, 3), (1.0, 1));
-        assert_eq!(ceiling(&[1.0, f64::NAN], 0.1, 3), (1.0, 1));
     }
 
     #[test]

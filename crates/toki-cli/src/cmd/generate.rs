@@ -181,7 +181,11 @@ pub fn run(a: Args) -> Result<()> {
         let datastore = a.tree.datastore(dir)?;
         tracing::info!(
             "tree: {}",
-            tree.describe(a.tree.lookup(), datastore.as_ref())
+            tree.describe(
+                heads.heads().num_heads(),
+                a.tree.lookup(),
+                datastore.as_ref()
+            )
         );
         engine = tree.install(engine, heads, a.tree.lookup(), datastore)?;
     }

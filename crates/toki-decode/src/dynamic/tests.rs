@@ -281,3 +281,35 @@ fn bad_measurements_are_errors() {
     assert!(DynamicTree::new(vec![1.0], 0.0, 4, vec![vec![1.5]]).is_err());
     assert!(DynamicTree::new(vec![1.0], 0.0, 4, vec![vec![]]).is_err());
 }
+
+#[test]
+fn the_ceiling_is_the_best_chain_of_right_proposals() {
+    // Three heads: chains of 1-4 nodes yield 1-4 tokens for 1, 1.2 + 0.1, 1.5 + 0.1,
+    // 1.8 + 0.1 one-node passes: 1, 1.54, 1.88, 2.11x. The 5-node cost is past the
+    // heads' depth and does not count.
+    let (s, n) = ceiling(&[1.0, 1.2, 1.5, 1.8, 1.0], 0.1, 3);
+    assert_eq!(n, 4);
+    assert!((s - 4.0 / 1.9).abs() < 1e-12, "{s}");
+    // Where a second node costs as much as two steps, no chain pays: plain decoding.
+    assert_eq!(ceiling(&[1.0, 2.5, 4.0], 0.1, 2), (1.0, 1));
+    // A flat curve (a GPU's) makes the deepest chain the best.
+    let (s, n) = ceiling(&[1.0, 1.01, 1.02, 1.03], 0.05, 3);
+    assert_eq!(n, 4);
+    assert!((s - 4.0 / 1.08).abs() < 1e-12, "{s}");
+    // No costs measured, or not finite: plain decoding.
+    assert_eq!(ceiling(&[], 0.1, 3), (1.0, 1));
+    assert_eq!(ceiling(&[1.0, f64::NAN], 0.1, 3), (1.0, 1));
+}
+
+#[test]
+fn a_dynamic_tree_reports_the_ceiling_of_its_own_curve() {
+    let d = DynamicTree::new(vec![1.0, 1.2, 1.5, 1.8], 0.1, 4, vec![]).unwrap();
+    let (s, n) = d.ceiling(3);
+    assert_eq!(n, 4);
+    assert!((s - 4.0 / 1.9).abs() < 1e-12, "{s}");
+    // With two heads the chain ends at 3 nodes.
+    let (s, n) = d.ceiling(2);
+    assert_eq!(n, 3);
+    assert!((s - 3.0 / 1.6).abs() < 1e-12, "{s}");
+    assert_eq!(d.ceiling(0), (1.0, 1));
+}
