@@ -42,8 +42,9 @@ use crate::proposer::{Conditioning, Ranked};
 /// step for a pass of n nodes and the heads' pass (counted whole for any chain). `cost[i]`:
 /// the pass of i + 1 nodes, relative to one; `heads`: the heads' pass in the same unit.
 /// Returns the speed-up over plain decoding and that n (1: plain decoding itself). A tree
-/// of n nodes yields at most n tokens, so no tree beats the best chain; real heads come
-/// near it only as their acceptance nears 1.
+/// of n nodes yields at most n tokens, so no tree of the heads' proposals beats the best
+/// chain; real heads come near it only as their acceptance nears 1. Lookup chains, which
+/// can go deeper than the heads, are not bounded by it.
 pub fn ceiling(cost: &[f64], heads: f64, num_heads: usize) -> (f64, usize) {
     cost.iter()
         .take(num_heads + 1)
@@ -195,7 +196,8 @@ impl DynamicTree {
     }
 
     /// The most speculation could gain at these costs with `num_heads` heads if every
-    /// proposal were right: see [`ceiling`].
+    /// proposal were right ([`ceiling`]), over the cache length the curve was measured at
+    /// (`context`).
     pub fn ceiling(&self, num_heads: usize) -> (f64, usize) {
         ceiling(&self.cost, self.heads_cost, num_heads)
     }
