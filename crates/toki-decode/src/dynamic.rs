@@ -41,19 +41,15 @@ use crate::proposer::{Conditioning, Ranked};
 /// of n nodes (the root and n - 1 heads' top tokens, n ≤ heads + 1) then yields n tokens a
 /// step for a pass of n nodes and the heads' pass (counted whole for any chain). `cost[i]`:
 /// the pass of i + 1 nodes, relative to one; `heads`: the heads' pass in the same unit.
-/// Returns the speed-up over plain decoding and that n (1: plain decoding itself). A tree
-/// of n nodes yields at most n tokens, so no tree of the heads' proposals beats the best
-/// chain; real heads come near it only as their acceptance nears 1. Lookup chains, which
-/// can go deeper than the heads, are not bounded by it.
+/// Returns the speed-up over plain decoding and that n (1: plain decoding itself, the
+/// start, since c(1) = 1). A tree of n nodes yields at most n tokens, so no tree of the
+/// heads' proposals beats the best chain; real heads come near it only as their
+/// acceptance nears 1. Lookup chains, which can go deeper than the heads, are not bounded
+/// by it.
 pub fn ceiling(cost: &[f64], heads: f64, num_heads: usize) -> (f64, usize) {
-    cost.iter()
-        .take(num_heads + 1)
-        .enumerate()
-        .map(|(i, &c)| {
-            let n = i + 1;
-            let step = if n == 1 { c } else { c + heads };
-            (n as f64 / step, n)
-        })
+    (2..=num_heads + 1)
+        .zip(cost.iter().skip(1))
+        .map(|(n, &c)| (n as f64 / (c + heads), n))
         .filter(|(s, _)| s.is_finite())
         .fold((1.0, 1), |best, x| if x.0 > best.0 { x } else { best })
 }

@@ -303,7 +303,7 @@ fn head_acceptance(
     let mut hits = vec![vec![0f64; ranks]; k];
     let mut total = vec![0f64; k];
     let mut bins: Bins = vec![vec![(0, 0); BINS]; k];
-    let (mut answer, mut answered) = (vec![], 0);
+    let mut answer = vec![];
     // Logits column of each vocabulary token (None: outside the draft vocabulary).
     let vocab = model.config().vocab_size;
     let mut column: Vec<Option<usize>> = vec![None; vocab];
@@ -322,8 +322,7 @@ fn head_acceptance(
             .chain(&out.output_ids)
             .copied()
             .collect();
-        if out.output_ids.len() > answered {
-            answered = out.output_ids.len();
+        if out.output_ids.len() > answer.len() {
             answer = out.output_ids.clone();
         }
         let t = seq.len();
