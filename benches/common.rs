@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
-use toki_decode::{Engine, EngineOptions};
+use toki_decode::{Engine, EngineOptions, HeadProposer};
+use toki_model::{DraftVocab, HostPrecision, LlamaModel, MedusaHeads, TokenCounts};
 
 /// The path in env `var`, else `default`; relative paths are tried from here and then
 /// from the workspace root (`cargo bench` runs a bench in its package folder, benches/).
@@ -48,6 +49,24 @@ pub fn load_engine(device: &Device) -> Option<Engine> {
             None
         }
     }
+}
+
+/// The heads in `dir` for `base`, their host copies in `precision`, scoring their draft
+/// vocabulary where they were trained on one (as `toki` loads them by default).
+pub fn load_proposer(dir: &Path, base: &LlamaModel, precision: HostPrecision) -> HeadProposer {
+    let heads = MedusaHeads::load(dir, base)
+        .expect("loading the heads (set TOKI_HEADS)")
+        .with_host_kernels_in(base, precision);
+    let size = heads.config().draft_vocab;
+    if size == 0 {
+        return HeadProposer::new(heads);
+    }
+    let file = dir.join("draft-vocab.json");
+    let ids = TokenCounts::read(&file)
+        .and_then(|c| c.top(size, base.config().vocab_size, &file))
+        .expect("reading the draft vocabulary");
+    let draft = DraftVocab::new(ids, &heads, base).expect("draft vocabulary");
+    HeadProposer::with_draft(heads, draft)
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {

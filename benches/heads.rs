@@ -16,13 +16,13 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use toki_decode::proposer::{Ranked, StepInput};
-use toki_decode::{HeadProposer, Prompt, Proposer, Request};
+use toki_decode::{Prompt, Proposer, Request};
 use toki_model::HostPrecision;
+use toki_model::RopeTables;
 use toki_model::tokenizer::Message;
-use toki_model::{DraftVocab, MedusaHeads, RopeTables, TokenCounts};
 
 mod common;
-use common::{count_from_env, join_rayon_pool, load_engine, median, path_from_env};
+use common::{count_from_env, join_rayon_pool, load_engine, load_proposer, median, path_from_env};
 
 fn main() {
     join_rayon_pool();
@@ -33,21 +33,7 @@ fn main() {
         return;
     };
     let base = engine.model();
-    let proposer = |precision: HostPrecision| -> HeadProposer {
-        let heads = MedusaHeads::load(&heads_dir, base)
-            .expect("loading the heads (set TOKI_HEADS)")
-            .with_host_kernels_in(base, precision);
-        let size = heads.config().draft_vocab;
-        if size == 0 {
-            return HeadProposer::new(heads);
-        }
-        let file = heads_dir.join("draft-vocab.json");
-        let ids = TokenCounts::read(&file)
-            .and_then(|c| c.top(size, base.config().vocab_size, &file))
-            .expect("reading the draft vocabulary");
-        let draft = DraftVocab::new(ids, &heads, base).expect("draft vocabulary");
-        HeadProposer::with_draft(heads, draft)
-    };
+    let proposer = |precision| load_proposer(&heads_dir, base, precision);
     let variants = [
         ("f32", proposer(HostPrecision::F32)),
         ("f16", proposer(HostPrecision::F16)),
