@@ -20,6 +20,8 @@ fi
 cargo build -q -p toki-cli "${cli[@]}"
 TOKI_BIN="${CARGO_TARGET_DIR:-target}/debug/toki" scripts/fetch-demo.sh
 cargo test --workspace "${all[@]}"
+# The benchmark harnesses (benches/) time things, so they are not run here; they must build.
+cargo test -q --workspace "${all[@]}" --benches --no-run
 if [ "${TOKI_WGPU:-0}" = 1 ]; then
   # The binaries of the build above, run again on wgpu. (`cargo test -p toki-tests --test
   # ...` would select other packages' features and rebuild Burn: ~20 minutes here.)
