@@ -16,13 +16,17 @@
 //! right with probability p given the ones before it (a fixed draw per prompt, position
 //! and depth), else a wrong token. At p = 1 this is the ceiling `toki calibrate` computes
 //! from its cost curve, measured instead of modelled; lower p show what acceptance a
-//! target needs. Every speculative output is checked against the plain answer.
+//! target needs. Every speculative output is checked against the plain answer. A prompt's
+//! speedup is the median speculative tokens/s over the median plain tokens/s of its timed
+//! pairs (of an even count, `common::median` takes the upper middle: with 2 pairs, each
+//! side's faster run).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use burn::tensor::Device;
 use toki_decode::proposer::{Ranked, StepInput};
+use toki_decode::sampling::Rng;
 use toki_decode::{HeadProposer, Prompt, Proposer, Request, Tree, TreePolicy};
 use toki_model::HostPrecision;
 use toki_model::tokenizer::Message;
@@ -36,8 +40,8 @@ struct Answer {
     /// Prompt and plain greedy output, as one sequence.
     ids: Vec<u32>,
     accept: f64,
-    /// Varies the draws from prompt to prompt.
-    salt: u64,
+    /// The prompt's index: varies the draws from prompt to prompt.
+    prompt: u64,
 }
 
 /// Proposes the answer's next tokens after paying for the heads' pass.
@@ -48,15 +52,12 @@ struct Oracle {
     answer: Arc<Mutex<Answer>>,
 }
 
-/// A fixed draw in [0, 1) for (salt, position, depth) (splitmix64).
-fn draw(salt: u64, pos: usize, depth: usize) -> f64 {
-    let mut z = salt
+/// A fixed draw in [0, 1) for (prompt, position, depth), from the engine's own SplitMix64.
+fn draw(prompt: u64, pos: usize, depth: usize) -> f64 {
+    let key = prompt
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add((pos as u64) << 8 | depth as u64);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
+    Rng::new(key).uniform()
 }
 
 impl Proposer for Oracle {
@@ -65,23 +66,18 @@ impl Proposer for Oracle {
     }
 
     fn rank(&self, input: StepInput<'_>, top_k: &[usize]) -> toki_decode::Result<Vec<Ranked>> {
+        // history[m - 1] is the root; head h proposes the token h + 1 after it.
+        let m = input.history.len();
         let paid = top_k.len().min(self.heads.num_heads());
-        let pass = StepInput {
-            base: input.base,
-            hidden: input.hidden.clone(),
-            history: input.history,
-        };
         // Only the heads a chain of this depth reads are run, as a dynamic tree's step
         // runs them (`Proposer::rank_until`).
         self.heads
-            .rank_until(pass, &vec![1; paid], &mut |_| false)?;
+            .rank_until(input, &vec![1; paid], &mut |_| false)?;
         let answer = self.answer.lock().expect("the oracle's answer");
-        // history[m - 1] is the root; head h proposes the token h + 1 after it.
-        let m = input.history.len();
         Ok((0..top_k.len())
             .map(|h| {
                 let right = answer.ids.get(m + h).copied().unwrap_or(0);
-                let best = if draw(answer.salt, m, h) < answer.accept {
+                let best = if draw(answer.prompt, m, h) < answer.accept {
                     right
                 } else {
                     (right + 1) % self.vocab
@@ -193,7 +189,7 @@ fn main() {
                 *answer.lock().expect("the oracle's answer") = Answer {
                     ids: ids.clone(),
                     accept: p,
-                    salt: i as u64 + 1,
+                    prompt: i as u64,
                 };
                 let (mut a, mut b, mut tau) = (vec![], vec![], 0.0);
                 for pair in 0..=repeat {
